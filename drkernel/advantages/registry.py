@@ -1,0 +1,106 @@
+"""Name -> advantage estimator registry.
+
+Every estimator is a pure function of tensors with one shared signature::
+
+    fn(turn_rewards, group_ids, turn_mask=None, gamma=1.0, *, knob=default, ...) -> A
+
+- ``turn_rewards``: float tensor ``(N, T)``, reward r_{i,t} of turn t of trajectory i.
+- ``group_ids``: length-N sequence (ints or strings) or 1-D integer tensor; trajectories of the
+  same prompt share one id.
+- ``turn_mask``: bool tensor ``(N, T)`` (True where the turn exists and is trained) or None.
+- ``gamma``: discount across turns.
+- extra knobs (e.g. ``norm_by_std`` for GRPO) are keyword arguments with defaults.
+- returns float tensor ``(N, T)`` of advantages A_{i,t}, 0 where ``turn_mask`` is False.
+
+The caller picks an estimator by name and never branches on it::
+
+    A = get_advantage(name)(turn_rewards, group_ids, turn_mask, gamma=gamma, **knobs)
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol, Sequence, TypeVar, Union
+
+import torch
+
+GroupIds = Union[Sequence[object], torch.Tensor]
+
+
+class AdvantageFn(Protocol):
+    """Signature shared by all registered estimators (extra knobs are keyword-only)."""
+
+    def __call__(
+        self,
+        turn_rewards: torch.Tensor,
+        group_ids: GroupIds,
+        turn_mask: torch.Tensor | None = None,
+        gamma: float = 1.0,
+        **knobs: object,
+    ) -> torch.Tensor: ...
+
+
+class UnknownAdvantageError(KeyError, ValueError):
+    """Raised by :func:`get_advantage` for a name that is not registered.
+
+    Subclasses both KeyError (a failed lookup) and ValueError (a bad config value), so either
+    ``except`` clause catches it. ``str(err)`` is the plain message (KeyError would quote it).
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+_F = TypeVar("_F", bound=Callable[..., torch.Tensor])
+_REGISTRY: dict[str, Callable[..., torch.Tensor]] = {}
+
+
+def _same_function(a: Callable[..., object], b: Callable[..., object]) -> bool:
+    # A module reloaded with importlib.reload re-registers a new object for the same definition.
+    return a is b or (
+        getattr(a, "__module__", None) == getattr(b, "__module__", None)
+        and getattr(a, "__qualname__", None) == getattr(b, "__qualname__", None)
+    )
+
+
+def register_advantage(name: str) -> Callable[[_F], _F]:
+    """Decorator registering an advantage estimator under ``name``.
+
+    Raises:
+        ValueError: ``name`` is not a non-empty string, or is already taken by a different
+            function (re-registering the same function, e.g. on module reload, is a no-op).
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"advantage estimator name must be a non-empty string, got {name!r}")
+
+    def decorator(fn: _F) -> _F:
+        taken = _REGISTRY.get(name)
+        if taken is not None and not _same_function(taken, fn):
+            raise ValueError(
+                f"advantage estimator {name!r} is already registered to "
+                f"{taken.__module__}.{taken.__qualname__}; pick another name"
+            )
+        _REGISTRY[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_advantage(name: str) -> Callable[..., torch.Tensor]:
+    """Return the estimator registered as ``name``.
+
+    Raises:
+        UnknownAdvantageError (a KeyError and a ValueError): unknown name; the message lists
+            the known names.
+    """
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        known = ", ".join(repr(n) for n in list_advantages()) or "(none)"
+        raise UnknownAdvantageError(
+            f"unknown advantage estimator {name!r}; known estimators: {known}"
+        ) from None
+
+
+def list_advantages() -> list[str]:
+    """Sorted names of all registered estimators."""
+    return sorted(_REGISTRY)

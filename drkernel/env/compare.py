@@ -1,0 +1,118 @@
+"""Comparing a candidate's output with the reference's.
+
+Tolerance (per element, in float64)::
+
+    |out - ref| <= atol * rms(ref) + rtol * |ref|
+
+``atol`` is relative to the reference output's root-mean-square, so an all-zero output fails when
+the true output is tiny (KernelBench issue #165: softmax outputs ~4e-6 pass ``atol=1e-2``), and the
+test does not depend on the problem's units. fp32 defaults (1e-4, 1e-4) pass a different fp32
+summation order and fail fp16/bf16 arithmetic and TF32 matrix products. NaN or Inf in the output
+never passes where the reference is finite; where the reference itself is NaN/Inf the candidate
+must match it exactly (same NaN positions, same infinities).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Comparison:
+    ok: bool
+    message: str = ""
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    mismatch_frac: float | None = None
+
+    def to_dict(self) -> dict:
+        return {"ok": self.ok, "message": self.message, "max_abs_err": self.max_abs_err,
+                "max_rel_err": self.max_rel_err, "mismatch_frac": self.mismatch_frac}
+
+
+def compare_outputs(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> Comparison:
+    if out.shape != ref.shape:
+        return Comparison(False, f"shape mismatch: got {tuple(out.shape)}, expected {tuple(ref.shape)}")
+    if out.dtype != ref.dtype:
+        return Comparison(False, f"dtype mismatch: got {out.dtype}, expected {ref.dtype}")
+    if ref.numel() == 0:
+        return Comparison(True, "", 0.0, 0.0, 0.0)
+    if not (ref.is_floating_point() or ref.is_complex()):
+        eq = out == ref
+        bad = (~eq).sum().item()
+        return Comparison(bad == 0, "" if bad == 0 else f"{bad} of {ref.numel()} integer elements differ",
+                          None, None, bad / ref.numel())
+    o = out.detach().to("cpu", torch.float64) if not ref.is_complex() else out.detach().cpu().to(torch.complex128)
+    r = ref.detach().to("cpu", torch.float64) if not ref.is_complex() else ref.detach().cpu().to(torch.complex128)
+    ref_finite = torch.isfinite(r)
+    # Non-finite reference entries must be matched exactly (NaN where NaN, same infinity).
+    if not bool(ref_finite.all()):
+        nf = ~ref_finite
+        same = (torch.isnan(r[nf]) & torch.isnan(o[nf])) | (r[nf] == o[nf])
+        if not bool(same.all()):
+            return Comparison(False, "non-finite reference values are not matched")
+    out_finite = torch.isfinite(o)
+    bad_nonfinite = ref_finite & ~out_finite
+    if bool(bad_nonfinite.any()):
+        n = int(bad_nonfinite.sum())
+        return Comparison(False, f"output has {n} NaN/Inf value(s) where the reference is finite",
+                          float("inf"), float("inf"), n / r.numel())
+    rf, of = r[ref_finite], o[ref_finite]
+    if rf.numel() == 0:
+        return Comparison(True, "", 0.0, 0.0, 0.0)
+    rms = float(rf.abs().pow(2).mean().sqrt())
+    err = (of - rf).abs()
+    bound = atol * rms + rtol * rf.abs()
+    bad = err > bound
+    max_abs = float(err.max())
+    max_rel = float((err / rf.abs().clamp_min(rms * 1e-6 if rms > 0 else 1e-30)).max())
+    n_bad = int(bad.sum())
+    if n_bad:
+        idx = int(torch.argmax((err - bound).flatten()))
+        return Comparison(False, (f"{n_bad} of {rf.numel()} elements out of tolerance; worst: got "
+                                  f"{float(of.flatten()[idx]):.6g}, expected {float(rf.flatten()[idx]):.6g} "
+                                  f"(max abs err {max_abs:.3g}, rms(ref) {rms:.3g})"),
+                          max_abs, max_rel, n_bad / rf.numel())
+    return Comparison(True, "", max_abs, max_rel, 0.0)
+
+
+def storage_span(t: torch.Tensor) -> tuple[int, int] | None:
+    """``[start, end)`` byte addresses of the tensor's storage, or None if it has none."""
+    try:
+        st = t.untyped_storage()
+        start = st.data_ptr()
+        n = st.nbytes()
+    except Exception:  # noqa: BLE001 - tensors without storage (meta, some subclasses)
+        return None
+    if n == 0 or start == 0:
+        return None
+    return start, start + n
+
+
+def aliases(out: torch.Tensor, inputs: list[torch.Tensor]) -> bool:
+    """True when ``out``'s storage overlaps any input's storage."""
+    o = storage_span(out)
+    if o is None:
+        return False
+    for t in inputs:
+        s = storage_span(t)
+        if s is not None and o[0] < s[1] and s[0] < o[1]:
+            return True
+    return False
+
+
+def lazy_output_reason(out: object, expected_device: torch.device | str) -> str | None:
+    """Why ``out`` is not a plain dense tensor with real storage (None when it is)."""
+    if type(out) is not torch.Tensor:  # noqa: E721 - subclasses are exactly what we reject
+        return f"output is {type(out).__module__}.{type(out).__name__}, not a plain torch.Tensor"
+    if out.layout != torch.strided:
+        return f"output has layout {out.layout}, not strided"
+    if out.device.type == "meta":
+        return "output is a meta tensor (no data)"
+    if out.device.type != torch.device(expected_device).type:
+        return f"output is on {out.device}, expected {expected_device}"
+    if out.numel() > 0 and storage_span(out) is None:
+        return "output has no allocated storage"
+    return None

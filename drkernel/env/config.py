@@ -1,0 +1,121 @@
+"""Evaluation settings. Defaults are the protocol of the ``-v0`` suites; a suite's ``env.yaml``
+overrides them (see :func:`EvalConfig.from_env_yaml`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+DISTRIBUTIONS = ("native", "negated", "scaled")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """How one candidate is graded."""
+
+    device: str = "cpu"
+    """``cpu`` (Triton interpreter; timings are CPU timings) or ``cuda``."""
+    task_size: str | None = None
+    """Value for the ``DRKERNEL_TASK_SIZE`` knob (``full``/``small``); None: ``small`` on cpu, ``full`` on cuda."""
+
+    # -- correctness ------------------------------------------------------------------------
+    trials_per_distribution: int = 2
+    """Correctness trials for each input distribution, each with fresh inputs from a hidden seed."""
+    distributions: tuple[str, ...] = DISTRIBUTIONS
+    """Input transforms applied to floating inputs: native, negated (-x), scaled (x * s)."""
+    atol: float = 1e-4
+    """Absolute tolerance, relative to rms(reference output): |out - ref| <= atol*rms(ref) + rtol*|ref|."""
+    rtol: float = 1e-4
+    """Relative tolerance, elementwise."""
+    determinism_check: bool = True
+    """Re-run one trial with memory pre-filled by a different garbage pattern; outputs must agree."""
+
+    # -- timing -----------------------------------------------------------------------------
+    measure_performance: bool = True
+    """Time reference and candidate (interleaved, same process) when the candidate is correct."""
+    warmup: int = 5
+    """Untimed calls of each model before timing."""
+    timing_trials: int = 50
+    """Timed calls of each model; the median is reported."""
+    spot_checks: int = 3
+    """Timed candidate calls whose outputs are checked against the reference too."""
+    input_pool: int = 3
+    """Distinct input sets that timed calls rotate through (each call also gets its own transform)."""
+    reference_backend: str = "eager"
+    """``eager`` or ``torch_compile`` for the timed reference."""
+    profile: bool = True
+    """Measure coverage (share of forward device time in the candidate's own Triton kernels)."""
+
+    # -- isolation --------------------------------------------------------------------------
+    load_timeout_s: float = 120.0
+    """Deadline for importing the candidate and building ModelNew (Triton compiles lazily, at launch)."""
+    call_timeout_s: float = 120.0
+    """Deadline for one correctness call (includes Triton JIT compilation on first launch)."""
+    timing_timeout_s: float = 300.0
+    """Deadline for the whole timing phase."""
+    memory_limit_mb: int = 16384
+    """Resident memory cap of the candidate process (host RAM); exceeded -> killed, failed result."""
+    output_limit_bytes: int = 4 << 20
+    """Candidate stdout+stderr cap; more is a flood: the process is killed. The tail is kept."""
+
+    entry_point: str = "Model"
+    """Name of the reference class; the candidate must define ``<entry_point>New``."""
+
+    def with_overrides(self, **kwargs: Any) -> "EvalConfig":
+        known = {f.name for f in fields(self)}
+        unknown = set(kwargs) - known
+        if unknown:
+            raise ValueError(f"unknown EvalConfig field(s) {sorted(unknown)}; known: {sorted(known)}")
+        if "distributions" in kwargs:
+            kwargs["distributions"] = tuple(kwargs["distributions"])
+        return replace(self, **kwargs)
+
+    def resolved_task_size(self) -> str:
+        if self.task_size:
+            return self.task_size
+        return "small" if self.device == "cpu" else "full"
+
+    def validate(self) -> "EvalConfig":
+        if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
+        bad = [d for d in self.distributions if d not in DISTRIBUTIONS]
+        if bad:
+            raise ValueError(f"unknown input distribution(s) {bad}; known: {list(DISTRIBUTIONS)}")
+        if self.reference_backend not in ("eager", "torch_compile"):
+            raise ValueError(f"reference_backend must be 'eager' or 'torch_compile', got {self.reference_backend!r}")
+        if self.trials_per_distribution < 1 or self.timing_trials < 1:
+            raise ValueError("trials_per_distribution and timing_trials must be >= 1")
+        return self
+
+    @classmethod
+    def from_env_yaml(cls, data: dict[str, Any], **overrides: Any) -> "EvalConfig":
+        """Build from a suite's parsed ``env.yaml`` (sections ``correctness`` and ``timing``)."""
+        kw: dict[str, Any] = {}
+        corr = data.get("correctness") or {}
+        for key in ("trials_per_distribution", "distributions", "atol", "rtol", "determinism_check"):
+            if key in corr:
+                kw[key] = corr[key]
+        timing = data.get("timing") or {}
+        for key, dest in (("warmup", "warmup"), ("trials", "timing_trials"), ("reference_backend", "reference_backend"),
+                          ("spot_checks", "spot_checks")):
+            if key in timing:
+                kw[dest] = timing[key]
+        if "entry_point" in data:
+            kw["entry_point"] = data["entry_point"]
+        kw.update({k: v for k, v in overrides.items() if v is not None})
+        return cls().with_overrides(**kw).validate()
+
+
+@dataclass(frozen=True)
+class TaskTolerance:
+    atol: float
+    rtol: float
+
+
+def cpu_fast(config: EvalConfig | None = None) -> EvalConfig:
+    """A lighter protocol for the CPU interpreter (tests, CI): fewer trials and timed calls."""
+    base = config or EvalConfig()
+    return base.with_overrides(warmup=1, timing_trials=3, spot_checks=1, input_pool=2)
+
+
+__all__ = ["EvalConfig", "DISTRIBUTIONS", "cpu_fast", "TaskTolerance", "field"]

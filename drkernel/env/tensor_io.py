@@ -1,0 +1,102 @@
+"""Move tensors between the grader and the candidate's process without pickle.
+
+The parent never unpickles anything the candidate's process produced: a hostile candidate could
+otherwise run code in the grader. Tensors travel as raw bytes in files under a private directory
+(``/dev/shm`` when it exists) and as a small JSON descriptor ``{"file", "dtype", "shape"}`` whose
+every field the reader validates against a whitelist.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16,
+    "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
+    "bool": torch.bool, "complex64": torch.complex64,
+}
+_NAMES = {v: k for k, v in DTYPES.items()}
+MAX_NDIM = 16
+
+
+class TensorIOError(ValueError):
+    """A descriptor or file that does not describe a valid tensor."""
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    try:
+        return _NAMES[dtype]
+    except KeyError:
+        raise TensorIOError(f"unsupported dtype {dtype}") from None
+
+
+def write_tensor(tensor: torch.Tensor, directory: Path, name: str) -> dict[str, Any]:
+    """Write ``tensor`` (any device) as raw bytes; return its JSON descriptor."""
+    t = tensor.detach().to("cpu").contiguous()
+    path = Path(directory) / f"{name}.bin"
+    with open(path, "wb") as fh:
+        if t.numel():
+            fh.write(t.view(-1).view(torch.uint8).numpy().tobytes())
+    return {"file": path.name, "dtype": dtype_name(t.dtype), "shape": list(t.shape)}
+
+
+def read_tensor(desc: Any, directory: Path) -> torch.Tensor:
+    """Read a tensor from a descriptor, validating every field (the descriptor may be hostile)."""
+    if not isinstance(desc, dict) or set(desc) != {"file", "dtype", "shape"}:
+        raise TensorIOError(f"malformed tensor descriptor: {str(desc)[:200]}")
+    fname, dname, shape = desc["file"], desc["dtype"], desc["shape"]
+    if not isinstance(fname, str) or os.sep in fname or fname.startswith(".") or not fname.endswith(".bin"):
+        raise TensorIOError(f"bad tensor file name {fname!r}")
+    if dname not in DTYPES:
+        raise TensorIOError(f"unsupported dtype {dname!r}")
+    if not isinstance(shape, list) or len(shape) > MAX_NDIM or not all(
+            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+        raise TensorIOError(f"bad shape {shape!r}")
+    dtype = DTYPES[dname]
+    numel = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    path = Path(directory) / fname
+    size = path.stat().st_size if path.exists() else -1
+    if size != nbytes:
+        raise TensorIOError(f"tensor file {fname} has {size} bytes, descriptor says {nbytes}")
+    if numel == 0:
+        return torch.empty(shape, dtype=dtype)
+    raw = torch.from_numpy(np.fromfile(path, dtype=np.uint8))
+    return raw.view(dtype).reshape(shape).clone()
+
+
+def encode_args(args: Any, directory: Path, prefix: str) -> Any:
+    """Encode forward/constructor arguments: tensors to files, plain values to JSON."""
+    counter = [0]
+
+    def enc(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            counter[0] += 1
+            return {"__tensor__": write_tensor(x, directory, f"{prefix}_{counter[0]}")}
+        if isinstance(x, (list, tuple)):
+            return {"__list__": [enc(v) for v in x], "tuple": isinstance(x, tuple)}
+        if isinstance(x, dict):
+            return {"__dict__": {str(k): enc(v) for k, v in x.items()}}
+        if x is None or isinstance(x, (bool, int, float, str)):
+            return x
+        raise TensorIOError(f"cannot pass an argument of type {type(x).__name__} to the candidate")
+
+    return enc(args)
+
+
+def decode_args(obj: Any, directory: Path, device: str | torch.device = "cpu") -> Any:
+    """Inverse of :func:`encode_args` (used in the candidate's process, which trusts the parent)."""
+    if isinstance(obj, dict):
+        if "__tensor__" in obj:
+            return read_tensor(obj["__tensor__"], directory).to(device)
+        if "__list__" in obj:
+            items = [decode_args(v, directory, device) for v in obj["__list__"]]
+            return tuple(items) if obj.get("tuple") else items
+        if "__dict__" in obj:
+            return {k: decode_args(v, directory, device) for k, v in obj["__dict__"].items()}
+    return obj

@@ -1,0 +1,41 @@
+"""drkernel: multi-turn agentic RL for Triton kernel generation (TRLOO, MRS, PR, PRS)."""
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+
+# The algorithms need torch and numpy only. Torch is not pinned here: GPU users keep the CUDA
+# build they already have; CI pins the CPU build through .ci/constraints.txt.
+INSTALL_REQUIRES = ["torch>=2.4", "numpy", "pyyaml"]
+
+EXTRAS = {
+    # The kernel environment: Triton (CPU interpreter or CUDA).
+    "env": ["triton>=3.0"],
+    # Suite benchmarks: plots and data files.
+    "bench": ["matplotlib", "pyarrow"],
+    # Large-scale training on verl (FSDP + vLLM) over Ray.
+    "train": ["verl>=0.5", "vllm", "ray[default]", "transformers", "omegaconf", "hydra-core", "tensorboard"],
+    # Test tools.
+    "dev": ["pytest>=8", "pytest-timeout"],
+}
+EXTRAS["all"] = sorted({dep for deps in EXTRAS.values() for dep in deps})
+
+setup(
+    name="drkernel",
+    version="0.1.0",
+    description="Multi-turn agentic reinforcement learning for Triton kernel generation",
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=["drkernel", "drkernel.*"]),
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS,
+    entry_points={"console_scripts": ["drkernel=drkernel.cli:main"]},
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "License :: OSI Approved :: Apache Software License",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)

@@ -1,0 +1,105 @@
+"""Static checks: each hack id fires on a minimal snippet, and honest code raises none."""
+
+import textwrap
+
+import pytest
+
+from drkernel.env.static_checks import check_source
+
+KERNEL = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+@triton.jit
+def k(x_ptr, o_ptr, n, B: tl.constexpr):
+    offs = tl.program_id(0) * B + tl.arange(0, B)
+    tl.store(o_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+'''
+
+HONEST_FORWARD = '''
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = 2.0
+    def _launch(self, x):
+        o = torch.empty_like(x)
+        k[(triton.cdiv(x.numel(), 1024),)](x, o, x.numel(), B=1024)
+        return o
+    def forward(self, x):
+        return self._launch(x.contiguous()).view(x.shape)
+'''
+
+
+def src(body: str) -> str:
+    return KERNEL + textwrap.dedent(body)
+
+
+def reasons(body: str) -> list[str]:
+    return check_source(src(body)).hack_reasons
+
+
+def test_honest_code_has_no_findings():
+    report = check_source(src(HONEST_FORWARD))
+    assert report.findings == [] and report.kernels == ["k"]
+
+
+def test_launch_through_module_level_helper_counts():
+    body = '''
+    def launch(x):
+        o = torch.empty_like(x)
+        k[(1,)](x, o, x.numel(), B=1024)
+        return o
+    class ModelNew(nn.Module):
+        def forward(self, x):
+            return launch(x)
+    '''
+    assert reasons(body) == []
+
+
+def test_syntax_error_and_missing_class_are_compile_failures_not_hacks():
+    r = check_source("def f(:\n")
+    assert r.syntax_error and "line 1" in r.syntax_error and r.findings == []
+    r = check_source(KERNEL)
+    assert r.missing_class == "no class ModelNew is defined"
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n", "forward_no_launch"),
+    ("class ModelNew(nn.Module):\n    def forward(self, x):\n        try:\n            return x\n"
+     "        except Exception:\n            return x\n", "try_except"),
+    ("class Model(nn.Module):\n    pass\nclass ModelNew(Model):\n    def forward(self, x):\n        k\n", "reference_access"),
+    ("class ModelNew(nn.Module):\n    def forward(self, x):\n        k\n        return super().forward(x)\n",
+     "reference_access"),
+    ("import reference_module\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        k\n", "reference_access"),
+    ("import threading\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        k\n", "threads"),
+    ("class ModelNew(nn.Module):\n    def forward(self, x):\n        s = torch.cuda.Stream()\n        k\n", "cuda_stream"),
+    ("class T(torch.Tensor):\n    pass\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        k\n",
+     "tensor_subclass"),
+    ("class ModelNew(nn.Module):\n    def forward(self, x):\n        k\n"
+     "    @classmethod\n    def __torch_function__(cls, *a):\n        pass\n", "tensor_subclass"),
+    ("torch.cuda.synchronize = lambda: None\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        k\n",
+     "timer_patch"),
+    ("class ModelNew(nn.Module):\n    def forward(self, x):\n        setattr(torch, 'allclose', None)\n        k\n",
+     "timer_patch"),
+    ("torch.backends.cuda.matmul.allow_tf32 = True\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+     "        k\n", "global_state"),
+    ("class ModelNew(nn.Module):\n    def forward(self, x):\n        torch.manual_seed(0)\n        k\n", "global_state"),
+    ("import functools\nclass ModelNew(nn.Module):\n    @functools.lru_cache(None)\n    def forward(self, x):\n"
+     "        k\n", "output_cache"),
+    ("CACHE = {}\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        CACHE[x.data_ptr()] = x\n"
+     "        k\n", "output_cache"),
+    ("class ModelNew(nn.Module):\n    def forward(self, x):\n        self.last = x\n        k\n", "output_cache"),
+    ("import gc\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        k\n", "introspection"),
+    ("class ModelNew(nn.Module):\n    def forward(self, x):\n        eval('1')\n        k\n", "introspection"),
+    ("class ModelNew(nn.Module):\n    def forward(self, x):\n        open('/tmp/x')\n        k\n", "file_access"),
+    ("import os\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        k\n", "file_access"),
+])
+def test_each_hack_id_fires(body, expected):
+    assert expected in reasons(body)
+
+
+def test_no_kernel_at_all():
+    r = check_source("import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n")
+    assert r.hack_reasons == ["no_triton_kernel"]
