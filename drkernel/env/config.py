@@ -3,7 +3,7 @@ overrides them (see :func:`EvalConfig.from_env_yaml`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 DISTRIBUTIONS = ("native", "negated", "scaled")
@@ -43,6 +43,9 @@ class EvalConfig:
     """Distinct input sets that timed calls rotate through (each call also gets its own transform)."""
     reference_backend: str = "eager"
     """``eager`` or ``torch_compile`` for the timed reference."""
+    time_hacked: bool = False
+    """Also time (and spot-check) candidates the static checks already flagged: for auditing the
+    runtime detectors; a flagged candidate's verdict does not change."""
     profile: bool = True
     """Measure coverage (share of forward device time in the candidate's own Triton kernels)."""
 
@@ -106,16 +109,10 @@ class EvalConfig:
         return cls().with_overrides(**kw).validate()
 
 
-@dataclass(frozen=True)
-class TaskTolerance:
-    atol: float
-    rtol: float
-
-
 def cpu_fast(config: EvalConfig | None = None) -> EvalConfig:
     """A lighter protocol for the CPU interpreter (tests, CI): fewer trials and timed calls."""
     base = config or EvalConfig()
     return base.with_overrides(warmup=1, timing_trials=3, spot_checks=1, input_pool=2)
 
 
-__all__ = ["EvalConfig", "DISTRIBUTIONS", "cpu_fast", "TaskTolerance", "field"]
+__all__ = ["EvalConfig", "DISTRIBUTIONS", "cpu_fast"]

@@ -215,13 +215,13 @@ def _run_pipeline(result: EvalResult, proc: CandidateProcess, loaded: LoadedTask
         result.add_hack("launch_inconsistent")
         result.details["launches_per_call"] = counts
     result.correct = correct and result.error is None
-    if not result.correct or result.hacked or not config.measure_performance:
+    if not result.correct or (result.hacked and not config.time_hacked) or not config.measure_performance:
         return
 
     # 6. timing ---------------------------------------------------------------------------------
     result.details["stage_running"] = "timing"
     _time(result, proc, loaded, ref_model, config, seed, device, workdir, atol, rtol)
-    if not result.correct or result.hacked or not config.profile:
+    if not result.correct or (result.hacked and not config.time_hacked) or not config.profile:
         return
     # 7. coverage -------------------------------------------------------------------------------
     result.details["stage_running"] = "profiling"
@@ -347,7 +347,7 @@ def _time(result: EvalResult, proc: CandidateProcess, loaded: LoadedTask, ref_mo
         "candidate_ms": cand, "reference_ms": ref, "candidate_event_ms": reply.get("candidate_event"),
         "candidate_host_ms": reply.get("candidate_host"), "host_gap_ms": gaps,
         "trials": config.timing_trials, "warmup": config.warmup, "reference_backend": config.reference_backend,
-        "samples": reply.get("samples"),
+        "samples": reply.get("samples"), "persisting_l2_reset": reply.get("persisting_l2_reset"),
     }
     if result.speedup is not None and result.speedup > 10.0:
         result.details["excessive_speedup"] = True  # a review flag, not a verdict (pattern #25)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import math
 import os
 import types
 from dataclasses import dataclass, field
@@ -186,7 +185,3 @@ def tensors_in(args: Any) -> Iterator[torch.Tensor]:
 
 def nbytes_of(args: Any) -> int:
     return sum(t.numel() * t.element_size() for t in tensors_in(args))
-
-
-def _unused() -> None:  # keep math imported for docstring examples
-    math.sqrt(1.0)

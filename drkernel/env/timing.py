@@ -6,8 +6,9 @@ alternates every trial), after warm-up. Per timed call:
 1. inputs: a fresh device copy of one of ``P`` input sets drawn from hidden seeds, multiplied by a
    per-call factor (a power of two, negated when the task allows) — prepared outside the timed
    region, so a cache keyed on pointers, shapes or values returns a wrong answer;
-2. on CUDA: the L2 cache is flushed by writing a buffer twice its size, then the device is
-   synchronised;
+2. on CUDA: persisting-L2 state is reset (``cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0)``
+   and ``cudaCtxResetPersistingL2Cache``, pattern #20), the L2 cache is flushed by writing a buffer
+   twice its size, then the device is synchronised;
 3. the call is bracketed by CUDA events on the current stream *and* by a host clock around a
    device-wide synchronisation. Work hidden on side streams or threads escapes the events but not
    the host clock: a candidate whose host time exceeds its event time by much more than the
@@ -26,6 +27,40 @@ import time
 from typing import Any
 
 _perf = time.perf_counter
+_CUDA_LIMIT_PERSISTING_L2 = 0x06
+
+
+def persisting_l2_resetter():
+    """A function that clears persisting-L2 reservations through the CUDA runtime torch loaded.
+
+    Returns None when no runtime library can be found (then only the flush protects timing).
+    """
+    import ctypes
+
+    path = None
+    try:
+        with open("/proc/self/maps") as fh:
+            for line in fh:
+                if "libcudart" in line:
+                    path = line.split()[-1]
+                    break
+    except OSError:
+        return None
+    candidates = [path] if path else []
+    candidates += ["libcudart.so", "libcudart.so.13", "libcudart.so.12"]
+    for name in candidates:
+        try:
+            lib = ctypes.CDLL(name)
+            set_limit, reset = lib.cudaDeviceSetLimit, lib.cudaCtxResetPersistingL2Cache
+        except (OSError, AttributeError):
+            continue
+        set_limit.argtypes = [ctypes.c_int, ctypes.c_size_t]
+
+        def _reset() -> bool:
+            return set_limit(_CUDA_LIMIT_PERSISTING_L2, 0) == 0 and reset() == 0
+
+        return _reset
+    return None
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -55,6 +90,11 @@ def time_interleaved(h: Any, msg: dict[str, Any]) -> dict[str, Any]:
         flush = torch.empty(2 * l2 // 4, dtype=torch.float32, device=h.device)
         start_ev = torch.cuda.Event(enable_timing=True)
         end_ev = torch.cuda.Event(enable_timing=True)
+        torch.empty(1, device=h.device)  # make sure the runtime is initialised before resolving it
+        reset_l2 = persisting_l2_resetter()
+    else:
+        reset_l2 = None
+    l2_resets_ok = []
 
     def make_inputs(i: int) -> list[Any]:
         src = pool[i % len(pool)]
@@ -63,6 +103,8 @@ def time_interleaved(h: Any, msg: dict[str, Any]) -> dict[str, Any]:
 
     def one_call(model: Any, i: int, grad_ctx: Any) -> tuple[float, float, Any]:
         x = make_inputs(i)
+        if reset_l2 is not None:
+            l2_resets_ok.append(reset_l2())
         if flush is not None:
             flush.zero_()
         h.sync()
@@ -122,4 +164,5 @@ def time_interleaved(h: Any, msg: dict[str, Any]) -> dict[str, Any]:
         "calls_without_launch": calls_without_launch, "spot": spot_out,
         "timed_total_ms": sum(ref_host) + sum(cand_host), "total_s": total_s,
         "samples": {"reference": ref_ms, "candidate": cand_ms},
+        "persisting_l2_reset": (all(l2_resets_ok) if l2_resets_ok else None),
     }

@@ -1,0 +1,31 @@
+"""L2 norm over the last dim: one program per row accumulates x*x in fp32, then one sqrt."""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _row_l2_kernel(x_ptr, out_ptr, D, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    base = x_ptr + row * D
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for i in range(0, tl.cdiv(D, BLOCK)):
+        offs = i * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(base + offs, mask=offs < D, other=0.0)
+        acc += x * x
+    tl.store(out_ptr + row, tl.sqrt(tl.sum(acc, axis=0)))
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        D = x.shape[-1]
+        rows = x.numel() // D
+        out = torch.empty(x.shape[:-1], device=x.device, dtype=x.dtype)
+        BLOCK = min(2048, triton.next_power_of_2(D))
+        _row_l2_kernel[(rows,)](x, out, D, BLOCK=BLOCK, num_warps=8 if BLOCK >= 2048 else 4)
+        return out

@@ -1,0 +1,38 @@
+"""Inclusive cumsum along the last dim: one program per row scans BLOCK-wide chunks with tl.cumsum and
+carries the running total (the chunk's last lane) into the next chunk."""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _cumsum_kernel(x_ptr, out_ptr, N, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    base = row * N
+    lane = tl.arange(0, BLOCK)
+    carry = tl.zeros([BLOCK], dtype=tl.float32)   # running total, broadcast across lanes
+    for i in range(0, tl.cdiv(N, BLOCK)):
+        offs = i * BLOCK + lane
+        mask = offs < N
+        x = tl.load(x_ptr + base + offs, mask=mask, other=0.0)
+        cs = tl.cumsum(x, axis=0) + carry
+        tl.store(out_ptr + base + offs, cs, mask=mask)
+        carry = tl.zeros([BLOCK], dtype=tl.float32) + tl.sum(tl.where(lane == BLOCK - 1, cs, 0.0), axis=0)
+
+
+def _block(n):
+    # at least two chunks per row whenever the row is longer than 128, so the carry path always runs
+    return min(1024, max(128, triton.next_power_of_2(n) // 4))
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        rows, N = x.shape
+        out = torch.empty_like(x)
+        _cumsum_kernel[(rows,)](x, out, N, BLOCK=_block(N), num_warps=4)
+        return out

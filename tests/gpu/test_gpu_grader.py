@@ -1,0 +1,70 @@
+"""GPU-only behaviour of the grader: timing, profiling coverage, streams, TF32, CUDA faults, L2.
+
+Run on a CUDA machine through tests/gpu/run.sh (skipped elsewhere).
+"""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from drkernel.env.config import EvalConfig
+from drkernel.env.evaluate import evaluate
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+HERE = Path(__file__).parent
+TASKS, CANDS = HERE / "tasks", HERE / "candidates"
+CFG = EvalConfig(device="cuda", timing_trials=30, warmup=3)
+
+
+def run(task: str, cand: str, **overrides):
+    return evaluate(TASKS / task, CANDS / cand, seed=1234, config=CFG.with_overrides(**overrides))
+
+
+def test_honest_matmul_passes_with_timing_and_coverage():
+    r = run("matmul_2k.py", "matmul_honest.py")
+    assert r.passed, r.feedback
+    assert r.kernel_ms > 0 and r.reference_ms > 0 and r.speedup > 0
+    assert r.coverage is not None and r.coverage > 0.9, r.details.get("profile")
+    assert r.details["timing"]["persisting_l2_reset"] is True
+    assert "matmul_kernel" in r.details["profile"]["kernels"]
+
+
+def test_honest_relu_coverage_counts_only_own_kernels():
+    r = run("relu_big.py", "relu_honest.py")
+    assert r.passed, r.feedback
+    assert r.coverage > 0.9
+    print(f"relu: {r.kernel_ms:.4f} ms vs {r.reference_ms:.4f} ms, speedup {r.speedup:.2f}, coverage {r.coverage:.3f}")
+
+
+def test_side_stream_is_caught_at_runtime_and_statically():
+    r = run("matmul_2k.py", "matmul_side_stream.py", time_hacked=True)
+    assert r.hacked and "cuda_stream" in r.hack_reasons
+    assert "side_stream" in r.hack_reasons, r.details.get("timing")
+
+
+def test_tf32_matmul_fails_fp32_tolerance():
+    r = run("matmul_2k.py", "matmul_tf32.py", measure_performance=False)
+    assert r.compiled and not r.correct and not r.hacked
+    assert "out of tolerance" in r.error.message
+
+
+def test_cuda_fault_is_a_failed_result_and_does_not_poison_the_next():
+    bad = run("relu_big.py", "relu_cuda_fault.py", measure_performance=False)
+    assert bad.compiled and not bad.correct and bad.error.stage == "correctness"
+    good = run("relu_big.py", "relu_honest.py", measure_performance=False)
+    assert good.passed, good.feedback
+
+
+def test_unwritten_output_fails_with_nan_prefill():
+    r = run("relu_big.py", "relu_skip_work.py", measure_performance=False)
+    assert not r.correct
+
+
+def test_persisting_l2_reset_works_on_this_device():
+    from drkernel.env.timing import persisting_l2_resetter
+
+    torch.empty(1, device="cuda")
+    reset = persisting_l2_resetter()
+    assert reset is not None and reset() is True
