@@ -13,7 +13,6 @@ stderr for unusable input (missing file, unreadable task); 3 when the environmen
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -89,12 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="drkernel", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     _add_eval_kernel(sub)
-    try:
-        from drkernel import bench_cli
+    from drkernel import bench_cli
 
-        bench_cli.register(sub)
-    except ImportError:
-        pass
+    bench_cli.register(sub)
     return parser
 
 
@@ -119,4 +115,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["main", "build_parser", "json"]
+__all__ = ["main", "build_parser"]

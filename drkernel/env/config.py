@@ -8,6 +8,13 @@ from typing import Any
 
 DISTRIBUTIONS = ("native", "negated", "scaled")
 
+#: env.yaml ``correctness:`` keys, each mapped to its EvalConfig field.
+CORRECTNESS_KEYS = {"trials_per_distribution": "trials_per_distribution", "distributions": "distributions",
+                    "atol": "atol", "rtol": "rtol", "determinism_check": "determinism_check"}
+#: env.yaml ``timing:`` keys, each mapped to its EvalConfig field.
+TIMING_KEYS = {"warmup": "warmup", "trials": "timing_trials", "reference_backend": "reference_backend",
+               "spot_checks": "spot_checks", "input_pool": "input_pool"}
+
 
 @dataclass(frozen=True)
 class EvalConfig:
@@ -94,15 +101,14 @@ class EvalConfig:
     def from_env_yaml(cls, data: dict[str, Any], **overrides: Any) -> "EvalConfig":
         """Build from a suite's parsed ``env.yaml`` (sections ``correctness`` and ``timing``)."""
         kw: dict[str, Any] = {}
-        corr = data.get("correctness") or {}
-        for key in ("trials_per_distribution", "distributions", "atol", "rtol", "determinism_check"):
-            if key in corr:
-                kw[key] = corr[key]
-        timing = data.get("timing") or {}
-        for key, dest in (("warmup", "warmup"), ("trials", "timing_trials"), ("reference_backend", "reference_backend"),
-                          ("spot_checks", "spot_checks")):
-            if key in timing:
-                kw[dest] = timing[key]
+        for section, keys in (("correctness", CORRECTNESS_KEYS), ("timing", TIMING_KEYS)):
+            values = data.get(section) or {}
+            unknown = sorted(set(values) - set(keys))
+            if unknown:
+                raise ValueError(f"env.yaml '{section}': unknown key(s) {unknown}; allowed: {sorted(keys)}")
+            for key, dest in keys.items():
+                if key in values:
+                    kw[dest] = values[key]
         if "entry_point" in data:
             kw["entry_point"] = data["entry_point"]
         kw.update({k: v for k, v in overrides.items() if v is not None})
@@ -115,4 +121,4 @@ def cpu_fast(config: EvalConfig | None = None) -> EvalConfig:
     return base.with_overrides(warmup=1, timing_trials=3, spot_checks=1, input_pool=2)
 
 
-__all__ = ["EvalConfig", "DISTRIBUTIONS", "cpu_fast"]
+__all__ = ["EvalConfig", "DISTRIBUTIONS", "CORRECTNESS_KEYS", "TIMING_KEYS", "cpu_fast"]

@@ -67,9 +67,16 @@ class Executor:
                  config: EvalConfig | None = None) -> EvalResult:
         return evaluate(task, candidate, seed=seed, config=config or self.config)
 
-    def map(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, EvalResult]]:
+    def map(self, jobs: Iterable[Job], return_exceptions: bool = False) -> Iterator[tuple[Job, Any]]:
+        """Yield ``(job, EvalResult)``; with ``return_exceptions`` an environment failure of one job is
+        yielded as ``(job, exception)`` instead of ending the iteration."""
         for job in jobs:
-            yield job, self.evaluate(job.task, job.candidate, seed=job.seed)
+            try:
+                yield job, self.evaluate(job.task, job.candidate, seed=job.seed)
+            except Exception as exc:  # noqa: BLE001
+                if not return_exceptions:
+                    raise
+                yield job, exc
 
     def close(self) -> None:
         """Idempotent."""
@@ -127,7 +134,7 @@ class PoolExecutor(Executor):
             return evaluate(task, candidate, seed=seed, config=config)
         return self._pool.submit(self._run, Job(task, candidate, seed)).result()
 
-    def map(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, EvalResult]]:
+    def map(self, jobs: Iterable[Job], return_exceptions: bool = False) -> Iterator[tuple[Job, Any]]:
         pending: dict[Future, Job] = {}
         it = iter(jobs)
         for job in it:
@@ -138,7 +145,10 @@ class PoolExecutor(Executor):
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in done:
                 job = pending.pop(fut)
-                yield job, fut.result()
+                exc = fut.exception()
+                if exc is not None and not return_exceptions:
+                    raise exc
+                yield job, exc if exc is not None else fut.result()
                 nxt = next(it, None)
                 if nxt is not None:
                     pending[self._pool.submit(self._run, nxt)] = nxt

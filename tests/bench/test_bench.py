@@ -1,0 +1,164 @@
+"""Tests for drkernel/bench.py and `drkernel bench` on the 3-task mini suite (CPU interpreter).
+
+Real evaluations are kept to 4 (about 2-3 s each): the suite's 3 solutions once, and one wrong
+candidate. Environment failures and task errors use a fake executor or a broken task and grade
+nothing.
+"""
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+import drkernel.env.executors as executors
+from drkernel.bench import progress_line, run_bench, summarize
+from drkernel.cli import main
+from drkernel.env.result import EnvironmentFailure, EvalResult
+
+FIXTURES = Path(__file__).parent / "fixtures"
+MINI = FIXTURES / "mini_suite"
+WRONG = FIXTURES / "candidates_wrong"
+
+
+@pytest.fixture(scope="module")
+def honest(tmp_path_factory):
+    """The suite's own solutions, graded on cpu (3 evaluations)."""
+    out = tmp_path_factory.mktemp("bench_honest")
+    report = run_bench(MINI, device="cpu", out=out, seed=0, progress=None)
+    return report, out
+
+
+@pytest.fixture(scope="module")
+def wrong(tmp_path_factory):
+    """Through the CLI: a wrong add and no rowsum candidate, --strict (1 evaluation)."""
+    out = tmp_path_factory.mktemp("bench_wrong")
+    code = main(["bench", "--suite", str(MINI), "--solutions", str(WRONG), "--device", "cpu", "--out", str(out),
+                 "--tasks", "add,rowsum", "--seed", "0", "--strict", "--quiet"])
+    return code, json.loads((out / "results.json").read_text()), out
+
+
+@pytest.mark.slow
+def test_honest_solutions_pass(honest):
+    report, out = honest
+    assert [o.status for o in report.outcomes] == ["pass", "pass", "pass"]
+    assert report.exit_code(strict=True) == 0
+    data = json.loads((out / "results.json").read_text())
+    assert set(data) >= {"suite", "device", "versions", "gpu", "config", "summary", "tasks", "environment_failures"}
+    assert data["suite"] == "mini_suite-v0" and data["device"] == "cpu" and data["task_size"] == "small"
+    assert set(data["versions"]) >= {"torch", "triton"} and data["gpu"] is None
+    assert data["config"]["timing_trials"] == 3 and data["config"]["distributions"] == ["native", "negated"]
+    assert [t["task"] for t in data["tasks"]] == ["01_relu", "02_add", "03_rowsum"]
+    for t in data["tasks"]:
+        r = t["result"]
+        assert r["passed"] and r["speedup"] > 0 and 0 <= r["coverage"] <= 1 and r["error"] is None
+        assert t["candidate"].endswith(f"solutions/{t['task']}.py")
+    # summary numbers agree with the per-task results: Fast@p counts s >= p over all graded tasks
+    s = data["summary"]
+    speedups = [t["result"]["speedup"] for t in data["tasks"]]
+    assert (s["tasks"], s["graded"], s["passed"], s["correctness_rate"], s["hack_rate"]) == (3, 3, 3, 1.0, 0.0)
+    assert s["fast@1"] == sum(x >= 1.0 for x in speedups) / 3
+    assert s["fast@1.2"] == s["fast"]["1.2"] == sum(x >= 1.2 for x in speedups) / 3
+    assert s["geomean_speedup"] == pytest.approx(math.exp(sum(math.log(x) for x in speedups) / 3))
+    md = (out / "summary.md").read_text()
+    assert "| Fast@1.2 |" in md and "| 03_rowsum | yes |" in md
+    png = out / "speedups.png"
+    assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_wrong_candidate_and_missing_candidate_fail(wrong):
+    code, data, out = wrong
+    assert code == 1  # --strict and not everything passed
+    tasks = {t["task"]: t for t in data["tasks"]}
+    assert set(tasks) == {"02_add", "03_rowsum"}
+    add, rowsum = tasks["02_add"], tasks["03_rowsum"]
+    assert add["status"] == "fail" and add["result"]["compiled"] and not add["result"]["correct"]
+    assert add["result"]["error"]["stage"] == "correctness"
+    assert rowsum["status"] == "no_candidate" and rowsum["candidate"] is None
+    assert "no candidate" in rowsum["result"]["error"]["message"]
+    s = data["summary"]
+    assert (s["graded"], s["passed"], s["no_candidate"], s["correctness_rate"], s["fast@1"]) == (2, 0, 1, 0.0, 0.0)
+    assert s["geomean_speedup"] is None  # no passing kernel: nan -> null in JSON
+    assert data["unmatched_candidates"] == ["04_unknown.py"]
+    assert "| 02_add | no | - | - | - | - | correctness |" in (out / "summary.md").read_text()
+
+
+class FakeExecutor:
+    """Synthetic verdicts per task name; raises EnvironmentFailure for "02_add"."""
+
+    def __init__(self, *args, **kwargs):
+        self.closed = False
+
+    def evaluate(self, task, candidate, *, seed=None, config=None):
+        if task.name == "02_add":
+            raise EnvironmentFailure("worker could not start\nmore detail")
+        if task.name == "01_relu":
+            return EvalResult(compiled=True, correct=True, speedup=1.2, coverage=0.9, kernel_ms=1.0, reference_ms=1.2)
+        return EvalResult(compiled=True, correct=False)
+
+    def close(self):
+        self.closed = True
+
+
+def test_environment_failure_is_not_a_kernel_failure(tmp_path):
+    fake = FakeExecutor()
+    report = run_bench(MINI, device="cpu", out=tmp_path, executor=fake, progress=None, plot=False)
+    assert [o.status for o in report.outcomes] == ["pass", "environment_failure", "fail"]
+    assert report.outcomes[1].message == "EnvironmentFailure: worker could not start"
+    s = report.summary
+    # graded: relu (pass, s = 1.2) and rowsum (fail); the environment failure is left out
+    assert (s["tasks"], s["graded"], s["environment_failures"]) == (3, 2, 1)
+    assert s["correctness_rate"] == 0.5 and s["fast@1.2"] == 0.5  # 1.2 >= 1.2 counts
+    assert report.exit_code() == 3 and report.exit_code(strict=True) == 3
+    assert not fake.closed  # an executor passed in is the caller's to close
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["environment_failures"] == [{"task": "02_add", "message": "EnvironmentFailure: worker could not start"}]
+
+
+def test_cli_exit_codes(tmp_path, monkeypatch, capsys):
+    assert main(["bench", "--suite", str(tmp_path / "missing")]) == 2
+    assert "suite directory not found" in capsys.readouterr().err
+    assert main(["bench", "--suite", str(MINI), "--solutions", str(tmp_path / "none"), "--device", "cpu"]) == 2
+    assert main(["bench", "--suite", str(MINI), "--tasks", "zzz", "--device", "cpu", "--out", str(tmp_path)]) == 2
+    assert "no task" in capsys.readouterr().err
+    import torch
+
+    if not torch.cuda.is_available():
+        assert main(["bench", "--suite", str(MINI), "--device", "cuda", "--out", str(tmp_path)]) == 3
+        assert "environment failure" in capsys.readouterr().err
+    # an environment failure during the run: outputs written, exit 3
+    monkeypatch.setattr(executors, "get_executor", lambda *a, **k: FakeExecutor())
+    out = tmp_path / "env_fail"
+    assert main(["bench", "--suite", str(MINI), "--device", "cpu", "--out", str(out), "--no-plot"]) == 3
+    err = capsys.readouterr().err
+    assert "ENV-FAIL EnvironmentFailure: worker could not start" in err
+    assert "environment failure: 1 task(s)" in err and (out / "results.json").is_file()
+
+
+def test_unusable_task_is_reported_separately(tmp_path, capsys):
+    suite = tmp_path / "suite"
+    shutil.copytree(MINI, suite)
+    (suite / "tasks" / "02_add.py").write_text("raise RuntimeError('broken reference')\n")
+    (suite / "solutions" / "01_relu.py").unlink()
+    out = tmp_path / "out"
+    # relu: no candidate; add: task error; rowsum filtered out -> nothing is evaluated
+    assert main(["bench", "--suite", str(suite), "--device", "cpu", "--out", str(out), "--tasks", "relu,add"]) == 2
+    captured = capsys.readouterr()
+    assert "TASK-ERROR" in captured.err and "1 unusable task(s)" in captured.err
+    data = json.loads((out / "results.json").read_text())
+    assert [t["status"] for t in data["tasks"]] == ["no_candidate", "task_error"]
+    assert data["summary"]["graded"] == 1 and data["summary"]["task_errors"] == 1
+
+
+def test_progress_line_and_empty_summary():
+    from drkernel.bench import TaskOutcome
+
+    r = EvalResult(compiled=True, correct=True, speedup=1.834, coverage=0.971)
+    assert progress_line(12, 27, TaskOutcome("05_softmax", None, "pass", r, seconds=2.14)) == \
+        "[12/27] 05_softmax PASS 1.83x cov 0.97 (2.1s)"
+    bad = EvalResult(compiled=True, correct=True, hacked=True, hack_reasons=["no_triton_launch"])
+    assert "FAIL hacked: no_triton_launch" in progress_line(1, 1, TaskOutcome("x", None, "fail", bad))
+    s = summarize([TaskOutcome("x", None, "environment_failure", message="m")])
+    assert s["graded"] == 0 and math.isnan(s["correctness_rate"]) and math.isnan(s["fast@1"])
