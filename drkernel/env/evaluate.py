@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from drkernel.env.compare import aliases, compare_outputs
+from drkernel.env.compare import aliases, compare_outputs, is_dense
 from drkernel.env.config import EvalConfig
 from drkernel.env.feedback import build_feedback
 from drkernel.env.result import EvalError, EvalResult
@@ -198,7 +198,7 @@ def _run_pipeline(result: EvalResult, proc: CandidateProcess, loaded: LoadedTask
         ok, out, reply = _checked_call(result, proc, loaded, ref_model, dist, tseed, "no_grad", device, workdir,
                                        atol, rtol, config, "det", prefill="pattern", label="determinism re-run")
         runs.append(reply)
-        same = out is not None and compare_outputs(out, first_out, atol, rtol).ok
+        same = out is not None and compare_outputs(out.to(device), first_out.to(device), atol, rtol).ok
         if not ok or not same:
             result.add_hack("stale_memory")
             _fail(result, "correctness", "output changes when memory is pre-filled with different garbage "
@@ -241,10 +241,11 @@ def _checked_call(result: EvalResult, proc: CandidateProcess, loaded: LoadedTask
                   config: EvalConfig, name: str, prefill: str, label: str):
     """One correctness call. Returns (ok, candidate output or None, reply)."""
     inputs = loaded.draw_inputs(tseed, dist)
-    ref_inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+    ref_inputs = [x.to(device).clone() if isinstance(x, torch.Tensor) else x for x in inputs]
     with torch.no_grad():
-        ref_out = ref_model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in ref_inputs])
+        ref_out = ref_model(*ref_inputs)
     ref_aliases = isinstance(ref_out, torch.Tensor) and aliases(ref_out, list(tensors_in(ref_inputs)))
+    ref_dense = isinstance(ref_out, torch.Tensor) and is_dense(ref_out)
     if not isinstance(ref_out, torch.Tensor):
         from drkernel.env.task import TaskError
 
@@ -273,12 +274,14 @@ def _checked_call(result: EvalResult, proc: CandidateProcess, loaded: LoadedTask
         result.add_hack("input_mutated")
     if reply.get("aliases_input") and not ref_aliases:
         result.add_hack("output_aliases_input")
+    if reply.get("dense") is False and ref_dense:
+        result.add_hack("lazy_output")  # e.g. a constant expanded to the output shape
     try:
         out = read_tensor(reply.get("out"), workdir)
     except (TensorIOError, OSError) as exc:
         _fail(result, "correctness", f"{desc}: unreadable output ({exc})")
         return False, None, reply
-    cmp = compare_outputs(out, ref_out.detach().cpu(), atol, rtol)
+    cmp = compare_outputs(out, ref_out.detach(), atol, rtol)
     _cleanup(workdir, f"in_{name}", f"out_{name}")
     if not cmp.ok:
         reply["compare"] = cmp.message
@@ -323,7 +326,7 @@ def _time(result: EvalResult, proc: CandidateProcess, loaded: LoadedTask, ref_mo
         f = factors[call % len(factors)]
         inputs = [x * f if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
         with torch.no_grad():
-            ref_out = ref_model(*[x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]).cpu()
+            ref_out = ref_model(*[x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs])
         ok, msg = False, "timed call returned no readable tensor"
         if item.get("out") is not None:
             try:

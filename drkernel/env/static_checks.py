@@ -297,7 +297,8 @@ def _forward_reaches_kernel(checker: _Checker, tree: ast.Module, cls_name: str) 
     """Follow calls from ``<cls>.forward`` through module functions and ``self.<method>`` calls.
 
     A reachable function that mentions a kernel's name (launch ``k[grid](...)``, or passing it to a
-    launcher) counts as reaching it. Conservative on purpose: the runtime launch records decide.
+    launcher), or launches ``self.<attr>[grid](...)`` (a kernel built and stored on the module),
+    counts as reaching it. Conservative on purpose: the runtime launch records decide.
     """
     start = checker.functions.get(f"{cls_name}.forward")
     if start is None:
@@ -312,6 +313,11 @@ def _forward_reaches_kernel(checker: _Checker, tree: ast.Module, cls_name: str) 
         for node in ast.walk(fn):
             if isinstance(node, ast.Name) and node.id in checker.kernels:
                 return True
+            if isinstance(node, ast.Attribute) and node.attr in checker.kernels:
+                return True  # self._kernel / Cls.kernel
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) \
+                    and isinstance(node.func.value, ast.Attribute) and _root_name(node.func.value) == "self":
+                return True  # self.<stored kernel>[grid](...): launch syntax on a kernel kept on the module
             if isinstance(node, ast.Name) and node.id in checker.functions:
                 stack.append(checker.functions[node.id])
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
@@ -325,24 +331,57 @@ def _forward_reaches_kernel(checker: _Checker, tree: ast.Module, cls_name: str) 
     return False
 
 
+_META_ATTRS = {"shape", "size", "numel", "dim", "ndim", "dtype", "device", "stride", "is_contiguous",
+               "element_size", "is_cuda", "layout", "requires_grad", "nelement"}
+
+
+def _tensor_use(node: ast.AST, tensorish: set[str]) -> bool:
+    """True when ``node`` may produce or hold a tensor: it uses a tensor-valued name other than through
+    metadata (``x.shape``, ``x.size(1)``, ...) or calls into torch."""
+    if isinstance(node, ast.Attribute) and node.attr in _META_ATTRS:
+        return False
+    if isinstance(node, ast.Name):
+        return node.id in tensorish
+    if isinstance(node, ast.Call):
+        fname = _dotted(node.func) or ""
+        if fname.split(".")[0] in ("torch", "F", "nn") and fname.split(".")[-1] not in _META_ATTRS:
+            return True
+    return any(_tensor_use(child, tensorish) for child in ast.iter_child_nodes(node))
+
+
 def _self_state_in_forward(checker: _Checker, cls_name: str) -> list[Finding]:
-    """``self.x = ...`` / ``self.x[...] = ...`` inside forward: state carried across calls."""
-    out = []
+    """``self.x = <tensor>`` / ``self.x[...] = <tensor>`` inside forward: results carried across calls.
+
+    Memoising plain launch configuration (ints derived from shapes) is fine; storing anything that
+    can hold a tensor (an input, an output, a torch allocation) is a cache.
+    """
+    out: list[Finding] = []
     fn = checker.functions.get(f"{cls_name}.forward")
     if fn is None:
         return out
-    for node in ast.walk(fn):
-        targets: list[ast.AST] = []
-        if isinstance(node, ast.Assign):
-            targets = list(node.targets)
-        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-            targets = [node.target]
+    tensorish = {a.arg for a in fn.args.args[1:]} | {a.arg for a in fn.args.kwonlyargs}
+    if fn.args.vararg:
+        tensorish.add(fn.args.vararg.arg)
+    assigns = [n for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))]
+    for _ in range(3):  # propagate through local assignments to a fixed point
+        for node in assigns:
+            value = node.value
+            if value is None or not _tensor_use(value, tensorish):
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for name in ast.walk(t):
+                    if isinstance(name, ast.Name):
+                        tensorish.add(name.id)
+    for node in assigns:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         for t in targets:
             base = t
             while isinstance(base, ast.Subscript):
                 base = base.value
-            if isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name) and base.value.id == "self":
-                out.append(Finding("output_cache", f"forward stores state on self.{base.attr} across calls",
+            if isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name) and base.value.id == "self" \
+                    and node.value is not None and _tensor_use(node.value, tensorish):
+                out.append(Finding("output_cache", f"forward stores a tensor on self.{base.attr} across calls",
                                    node.lineno))
     return out
 

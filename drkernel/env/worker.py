@@ -131,7 +131,8 @@ class Harness:
         self.entry_point = msg.get("entry_point", "Model")
         os.environ["DRKERNEL_TASK_SIZE"] = msg["task_size"]
         if self.device.startswith("cuda"):
-            torch.cuda.set_device(torch.device(self.device))
+            dev = torch.device(self.device)
+            torch.cuda.set_device(dev.index if dev.index is not None else torch.cuda.current_device())
         # The reference (trusted) first, under a name the candidate cannot guess.
         ref_source = Path(msg["task_file"]).read_text()
         import types
@@ -194,7 +195,7 @@ class Harness:
             "ok": True, "launches": dict(self.recorder.counts), "launch_s": self.recorder.seconds,
             "call_s": call_s, "threads_delta": threading.active_count() - threads_before,
         }
-        from drkernel.env.compare import aliases, lazy_output_reason
+        from drkernel.env.compare import aliases, is_dense, lazy_output_reason
 
         if not isinstance(out, torch.Tensor):
             reply["not_tensor"] = f"forward returned {type(out).__name__}, expected a single torch.Tensor"
@@ -204,6 +205,7 @@ class Harness:
             reply["lazy"] = lazy
             return reply
         reply["aliases_input"] = aliases(out, tensors)
+        reply["dense"] = is_dense(out)
         reply["mutated"] = [i for i, (a, b) in enumerate(zip(tensors, pristine)) if not _same_bits(a, b)]
         reply["out"] = self.tensor_io.write_tensor(out, self.workdir, msg.get("out_name", "out"))
         return reply
@@ -217,7 +219,13 @@ class Harness:
     def op_profile(self, msg: dict[str, Any]) -> dict[str, Any]:
         from drkernel.env.profiling import measure_coverage
 
-        return measure_coverage(self, msg)
+        # torch.profiler legitimately swaps some entry points while it records: check for tampering
+        # before it runs, then take a fresh snapshot so the profiler's own changes are not reported.
+        before = self.tampered()
+        reply = measure_coverage(self, msg)
+        self._snapshot = self._identities()
+        reply["tampered_before"] = before
+        return reply
 
     def pool_inputs(self, seed: int) -> list[Any]:
         """``get_inputs()`` of the reference under ``seed``, moved to the device."""
@@ -272,7 +280,7 @@ def main(argv: list[str]) -> int:
         except BaseException as exc:  # noqa: BLE001
             reply = {"ok": False, "stage": msg.get("stage", op),
                      "error": _trim_traceback(exc, harness.candidate_file)}
-        reply["tampered"] = harness.tampered()
+        reply["tampered"] = sorted(set(harness.tampered()) | set(reply.pop("tampered_before", [])))
         conn.send_bytes(dumps(reply, default=str).encode())
 
 

@@ -103,3 +103,31 @@ def test_each_hack_id_fires(body, expected):
 def test_no_kernel_at_all():
     r = check_source("import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n")
     assert r.hack_reasons == ["no_triton_kernel"]
+
+
+def test_memoised_launch_config_on_self_is_not_a_cache():
+    body = '''
+    class ModelNew(nn.Module):
+        def forward(self, x):
+            n_rows, n_cols = x.shape
+            if getattr(self, "_cfg", None) is None:
+                self._cfg = (n_cols, triton.next_power_of_2(n_cols), x.size(1))
+            o = torch.empty_like(x)
+            k[(n_rows,)](x, o, x.numel(), B=self._cfg[1])
+            return o
+    '''
+    assert "output_cache" not in reasons(body)
+
+
+def test_tensor_stored_on_self_in_forward_is_a_cache():
+    body = '''
+    class ModelNew(nn.Module):
+        def forward(self, x):
+            out = torch.empty_like(x)
+            k[(1,)](x, out, x.numel(), B=1024)
+            self._last = out
+            self._store[x.shape] = out * 1
+            return out
+    '''
+    r = check_source(src(body))
+    assert [f.id for f in r.findings].count("output_cache") == 2

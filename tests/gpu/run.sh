@@ -10,6 +10,9 @@ mkdir -p "$OUT"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
 STAGES="${*:-tests fixtures spread single fused}"
+# BENCH_TASKS="0*,1*" limits the suite stages to matching tasks (a long suite can be split over calls).
+TASKS_ARG=(); SUFFIX=""
+if [ -n "${BENCH_TASKS:-}" ]; then TASKS_ARG=(--tasks "$BENCH_TASKS"); SUFFIX="-${BENCH_PART:-part}"; fi
 status=0
 echo "== device"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
@@ -22,10 +25,10 @@ for stage in $STAGES; do
     spread)   $PY tests/gpu/timing_spread.py --task "${SPREAD_TASK:-tests/gpu/tasks/matmul_2k.py}" \
                 --candidate "${SPREAD_CANDIDATE:-tests/gpu/candidates/matmul_honest.py}" --repeats 10 \
                 --out "$OUT/spread.json" 2>&1 | tee "$OUT/spread.log" || status=1 ;;
-    single)   $PY -m drkernel.cli bench --suite envs/single_ops --device cuda --out "$OUT/single_ops" 2>&1 \
-                | tee "$OUT/bench_single.log" || status=1 ;;
-    fused)    $PY -m drkernel.cli bench --suite envs/fused_ops --device cuda --out "$OUT/fused_ops" 2>&1 \
-                | tee "$OUT/bench_fused.log" || status=1 ;;
+    single)   $PY -m drkernel.cli bench --suite envs/single_ops --device cuda "${TASKS_ARG[@]}" \
+                --out "$OUT/single_ops$SUFFIX" 2>&1 | tee "$OUT/bench_single$SUFFIX.log" || status=1 ;;
+    fused)    $PY -m drkernel.cli bench --suite envs/fused_ops --device cuda "${TASKS_ARG[@]}" \
+                --out "$OUT/fused_ops$SUFFIX" 2>&1 | tee "$OUT/bench_fused$SUFFIX.log" || status=1 ;;
     *) echo "unknown stage $stage"; status=2 ;;
   esac
 done

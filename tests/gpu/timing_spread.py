@@ -31,6 +31,8 @@ def main() -> None:
               flush=True)
     ks = [r["kernel_ms"] for r in rows if r["kernel_ms"]]
     ss = [r["speedup"] for r in rows if r["speedup"]]
+    if not ks:
+        raise SystemExit(f"no run produced a timing: {r.error}")
     summary = {
         "kernel_ms_median": statistics.median(ks), "kernel_ms_min": min(ks), "kernel_ms_max": max(ks),
         "kernel_ms_cv": statistics.pstdev(ks) / statistics.mean(ks),

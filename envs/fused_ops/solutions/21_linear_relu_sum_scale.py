@@ -1,0 +1,88 @@
+"""Triton solution: GEMM with ReLU and per-tile row sums in the epilogue, then a partial-sum reduction with the scale."""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _linear_relu_rowsum_kernel(x_ptr, w_ptr, b_ptr, part_ptr, M, N, K, stride_xm, stride_wn,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+        GROUP_M: tl.constexpr):
+    # Grouped tile order: GROUP_M row-tiles share the same W column panel while it sits in L2.
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :]
+    w_ptrs = w_ptr + offs_n[None, :] * stride_wn + offs_k[:, None]   # W^T tile: (BLOCK_K, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k * BLOCK_K
+        a = tl.load(x_ptrs, mask=mask_m[:, None] & (offs_k[None, :] < k_left), other=0.0)
+        b = tl.load(w_ptrs, mask=mask_n[None, :] & (offs_k[:, None] < k_left), other=0.0)
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+        x_ptrs += BLOCK_K
+        w_ptrs += BLOCK_K
+
+    bias = tl.load(b_ptr + offs_n, mask=mask_n, other=0.0)
+    h = acc + bias[None, :]
+    h = tl.maximum(h, 0.0)
+    h = tl.where(mask_n[None, :], h, 0.0)
+    # one partial row-sum per (row, column tile); a second tiny kernel adds the partials
+    tl.store(part_ptr + offs_m * num_pid_n + pid_n, tl.sum(h, axis=1), mask=mask_m)
+
+
+@triton.jit
+def _rows_sum_kernel(part_ptr, y_ptr, M, T, scale, BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr):
+    # y[m] = scale * sum_t part[m, t]  (one partial per GEMM column tile)
+    offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    offs_t = tl.arange(0, BLOCK_T)
+    mask = (offs_r[:, None] < M) & (offs_t[None, :] < T)
+    p = tl.load(part_ptr + offs_r[:, None] * T + offs_t[None, :], mask=mask, other=0.0)
+    tl.store(y_ptr + offs_r, tl.sum(p, axis=1) * scale, mask=offs_r < M)
+
+
+def _gemm_blocks(M, N):
+    # 128x256x16 tiles with 8 warps / 3 stages were the fastest fp32 (ieee, FMA) tiling measured on
+    # Hopper; small problems get smaller power-of-two tiles (>= 16 for tl.dot) and still several tiles.
+    block_m = max(16, min(128, triton.next_power_of_2(M) // 2))
+    block_n = max(16, min(256, triton.next_power_of_2(N) // 2))
+    return block_m, block_n, 16
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, scaling_factor):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.scaling_factor = scaling_factor
+
+    def forward(self, x):
+        x = x.contiguous()
+        w = self.linear.weight.contiguous()
+        b = self.linear.bias.contiguous()
+        M, K = x.shape
+        N = w.shape[0]
+        bm, bn, bk = _gemm_blocks(M, N)
+        num_tiles_n = triton.cdiv(N, bn)
+        part = torch.empty((M, num_tiles_n), device=x.device, dtype=torch.float32)
+        grid = (triton.cdiv(M, bm) * num_tiles_n,)
+        _linear_relu_rowsum_kernel[grid](x, w, b, part, M, N, K, x.stride(0), w.stride(0),
+            BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=8, num_stages=3)
+        y = torch.empty((M, 1), device=x.device, dtype=torch.float32)
+        block_t = triton.next_power_of_2(num_tiles_n)
+        block_r = 64
+        _rows_sum_kernel[(triton.cdiv(M, block_r),)](part, y, M, num_tiles_n, float(self.scaling_factor),
+                                                     BLOCK_R=block_r, BLOCK_T=block_t, num_warps=4)
+        return y

@@ -1,0 +1,29 @@
+"""Linear followed by LogSumExp over the feature dimension: y = logsumexp(linear(x), dim=1, keepdim=True)."""
+import os
+
+import torch
+import torch.nn as nn
+
+SMALL = os.environ.get("DRKERNEL_TASK_SIZE", "full") == "small"
+
+if SMALL:
+    batch_size, in_features, out_features = 40, 48, 100
+else:
+    batch_size, in_features, out_features = 8192, 2048, 8192
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return torch.logsumexp(self.linear(x), dim=1, keepdim=True)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features]
