@@ -169,6 +169,8 @@ def _run_pipeline(result: EvalResult, proc: CandidateProcess, loaded: LoadedTask
         _fail(result, reply.get("stage", "compile"), reply.get("error", "loading failed"))
         return
     result.compiled = True
+    if reply.get("threads_delta", 0) > 0:
+        result.add_hack("threads_spawned")  # started while importing the candidate or building ModelNew
 
     # 4. correctness ----------------------------------------------------------------------------
     result.details["stage_running"] = "correctness"
@@ -259,7 +261,7 @@ def _checked_call(result: EvalResult, proc: CandidateProcess, loaded: LoadedTask
         _fail(result, reply.get("stage", "correctness"), f"{desc}: {reply.get('error', 'failed')}")
         reply["compare"] = reply.get("error")
         return False, None, reply
-    if reply.get("threads_delta", 0) > 0:
+    if reply.get("threads_delta", 0) > 0 or (name != "t0" and reply.get("os_threads_delta", 0) > 0):
         result.add_hack("threads_spawned")
     if reply.get("lazy"):
         result.add_hack("lazy_output")

@@ -72,11 +72,10 @@ class LaunchRecorder:
                 return original(fn_self, *args, **kwargs)
             # Under autotune/heuristics, warmup or benchmarking calls also pass through here.
             t0 = _perf()
-            try:
-                return original(fn_self, *args, **kwargs)
-            finally:
-                recorder.seconds += _perf() - t0
-                recorder.counts[name] += 1
+            result = original(fn_self, *args, **kwargs)  # a launch that raises is not counted
+            recorder.seconds += _perf() - t0
+            recorder.counts[name] += 1
+            return result
 
         run._drkernel_hook = True  # type: ignore[attr-defined]
         return run
