@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU path of drkernel in one call, on a CUDA machine (no internet needed):
-#   bash tests/gpu/run.sh [stage ...]     stages: tests fixtures spread single fused (default: all)
+#   bash tests/gpu/run.sh [stage ...]     stages: cli tests fixtures spread single fused (default: all)
 # Results go to $OUT (default /tmp/drkernel-gpu): logs, results.json, summary.md, plots.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -9,7 +9,7 @@ OUT="${OUT:-/tmp/drkernel-gpu}"
 mkdir -p "$OUT"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
-STAGES="${*:-tests fixtures spread single fused}"
+STAGES="${*:-cli tests fixtures spread single fused}"
 # BENCH_TASKS="0*,1*" limits the suite stages to matching tasks (a long suite can be split over calls).
 TASKS_ARG=(); SUFFIX=""
 if [ -n "${BENCH_TASKS:-}" ]; then TASKS_ARG=(--tasks "$BENCH_TASKS"); SUFFIX="-${BENCH_PART:-part}"; fi
@@ -19,6 +19,11 @@ $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton
 for stage in $STAGES; do
   echo "== $stage"
   case "$stage" in
+    cli)      $PY -m drkernel.cli eval-kernel --task tests/gpu/tasks/relu_big.py \
+                --candidate tests/gpu/candidates/relu_honest.py --device cuda --json > "$OUT/eval_kernel_cuda.json"
+              rc=$?; echo "eval-kernel exit $rc"; [ $rc -eq 0 ] || status=1
+              $PY -c "import json,sys; r=json.load(open(sys.argv[1])); print({k: r[k] for k in ('passed','speedup','coverage','kernel_ms','reference_ms')}); sys.exit(0 if r['passed'] else 1)" \
+                "$OUT/eval_kernel_cuda.json" || status=1 ;;
     tests)    $PY -m pytest tests/gpu -o addopts="" -q -ra -s -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" || status=1 ;;
     fixtures) DRKERNEL_TEST_DEVICE=cuda $PY -m pytest tests/env/test_fixtures.py -o addopts="" -q -ra -p no:cacheprovider 2>&1 \
                 | tee "$OUT/fixtures_cuda.log" || status=1 ;;
