@@ -67,9 +67,18 @@ def _workdir_root() -> str | None:
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
+def _clip(text: str, limit: int = 2000) -> str:
+    """Keep the head (what failed) and the tail (the exception), drop the middle."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    head = limit // 3
+    return text[:head] + " ... " + text[-(limit - head - 5):]
+
+
 def _fail(result: EvalResult, stage: str, message: str) -> EvalResult:
     if result.error is None:
-        result.error = EvalError(stage, message.strip()[-2000:])
+        result.error = EvalError(stage, _clip(message))
     if stage in ("correctness", "timing", "profiling", "launches"):
         result.correct = False
     return result
