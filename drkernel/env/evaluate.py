@@ -253,8 +253,13 @@ def _checked_call(result: EvalResult, proc: CandidateProcess, loaded: LoadedTask
     """One correctness call. Returns (ok, candidate output or None, reply)."""
     inputs = loaded.draw_inputs(tseed, dist)
     ref_inputs = [x.to(device).clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-    with torch.no_grad():
-        ref_out = ref_model(*ref_inputs)
+    try:
+        with torch.no_grad():
+            ref_out = ref_model(*ref_inputs)
+    except Exception as exc:  # noqa: BLE001 - the reference is broken: an unusable task, not a verdict
+        from drkernel.env.task import TaskError
+
+        raise TaskError(f"the reference forward of {loaded.task.name} raised {type(exc).__name__}: {exc}") from exc
     ref_aliases = isinstance(ref_out, torch.Tensor) and aliases(ref_out, list(tensors_in(ref_inputs)))
     ref_dense = isinstance(ref_out, torch.Tensor) and is_dense(ref_out)
     if not isinstance(ref_out, torch.Tensor):

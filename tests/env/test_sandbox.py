@@ -80,3 +80,12 @@ class ModelNew(nn.Module):
         return {ret}
 ''')
     assert r.compiled and not r.correct and "expected a single torch.Tensor" in r.error.message
+
+
+def test_broken_reference_is_a_task_error_not_a_verdict():
+    from drkernel.env.task import TaskError
+
+    broken = PROBE_TASK.replace("return x * 2.0", "raise RuntimeError('reference bug')")
+    with pytest.raises(TaskError, match="reference bug"):
+        evaluate(broken, _KERNEL + "\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return _launch(x)\n",
+                 seed=0, config=FAST)
