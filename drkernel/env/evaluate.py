@@ -24,13 +24,15 @@ and never computes its own verdict.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -41,7 +43,7 @@ from drkernel.env.feedback import build_feedback
 from drkernel.env.result import EvalError, EvalResult
 from drkernel.env.sandbox import CandidateFailure, CandidateProcess, worker_env
 from drkernel.env.static_checks import check_source
-from drkernel.env.task import LoadedTask, Task, nbytes_of, tensors_in, trial_seeds
+from drkernel.env.task import LoadedTask, Task, scale_floats, tensors_in, trial_seeds
 from drkernel.env.tensor_io import TensorIOError, encode_args, read_tensor
 
 GRAD_MODES = ("no_grad", "enable_grad", "inference_mode")
@@ -118,13 +120,43 @@ def evaluate(task: Task | str | os.PathLike, candidate: str | os.PathLike, *, se
         from drkernel.env.result import EnvironmentFailure
 
         raise EnvironmentFailure("device 'cuda' requested but torch.cuda.is_available() is False")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
     init_seed = trial_seeds(seed, 1, "init")[0]
     init_inputs = loaded.init_inputs(init_seed)
     ref_model = loaded.build_model(init_inputs, init_seed, device)
 
     workdir = Path(tempfile.mkdtemp(prefix="drkernel-", dir=_workdir_root()))
+    with _fp32_exact():
+        _evaluate_in(result, loaded, ref_model, config, seed, device, workdir, source, task, init_seed, init_inputs)
+    return _finish(result, t_start)
+
+
+_TF32_LOCK = threading.Lock()
+_TF32_STATE: dict[str, Any] = {"active": 0, "saved": None}
+
+
+@contextlib.contextmanager
+def _fp32_exact() -> Iterator[None]:
+    """TF32 off for the reference's matmuls and convolutions while any evaluation runs, and the
+    caller's settings restored when the last one ends (evaluate may run inside a trainer that wants
+    TF32; the ``pool`` executor runs several evaluations in threads, hence the count)."""
+    with _TF32_LOCK:
+        if _TF32_STATE["active"] == 0:
+            _TF32_STATE["saved"] = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        _TF32_STATE["active"] += 1
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        with _TF32_LOCK:
+            _TF32_STATE["active"] -= 1
+            if _TF32_STATE["active"] == 0:
+                torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = _TF32_STATE["saved"]
+
+
+def _evaluate_in(result: EvalResult, loaded: LoadedTask, ref_model: torch.nn.Module, config: EvalConfig,
+                 seed: int | None, device: str, workdir: Path, source: str, task: Task, init_seed: int,
+                 init_inputs: list[Any]) -> None:
+    """Steps 3-7 in a fresh candidate process; the work directory is removed afterwards."""
     try:
         digest = hashlib.sha256(source.encode()).hexdigest()[:12]
         cand_file = workdir / f"candidate_{digest}.py"
@@ -146,7 +178,6 @@ def evaluate(task: Task | str | os.PathLike, candidate: str | os.PathLike, *, se
                 result.details["output_tail"] = proc.output_tail(2000)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    return _finish(result, t_start)
 
 
 def _finish(result: EvalResult, t_start: float) -> EvalResult:
@@ -338,9 +369,8 @@ def _time(result: EvalResult, proc: CandidateProcess, loaded: LoadedTask, ref_mo
     # spot checks of timed outputs, against the reference computed here
     for item in reply.get("spot", []):
         call = int(item["call"])
-        inputs = loaded.draw_inputs(pool_seeds[call % len(pool_seeds)], "native")
-        f = factors[call % len(factors)]
-        inputs = [x * f if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+        inputs = scale_floats(loaded.draw_inputs(pool_seeds[call % len(pool_seeds)], "native"),
+                              factors[call % len(factors)])
         with torch.no_grad():
             ref_out = ref_model(*[x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs])
         ok, msg = False, "timed call returned no readable tensor"
@@ -385,4 +415,4 @@ def _cleanup(workdir: Path, *prefixes: str) -> None:
                 pass
 
 
-__all__ = ["evaluate", "nbytes_of"]
+__all__ = ["evaluate"]

@@ -96,10 +96,10 @@ def time_interleaved(h: Any, msg: dict[str, Any]) -> dict[str, Any]:
         reset_l2 = None
     l2_resets_ok = []
 
+    from drkernel.env.task import scale_floats
+
     def make_inputs(i: int) -> list[Any]:
-        src = pool[i % len(pool)]
-        f = factors[i % len(factors)]
-        return [(x * f if x.is_floating_point() else x.clone()) if isinstance(x, torch.Tensor) else x for x in src]
+        return scale_floats(pool[i % len(pool)], factors[i % len(factors)])
 
     def one_call(model: Any, i: int, grad_ctx: Any) -> tuple[float, float, Any]:
         x = make_inputs(i)

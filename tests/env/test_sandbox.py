@@ -89,3 +89,15 @@ def test_broken_reference_is_a_task_error_not_a_verdict():
     with pytest.raises(TaskError, match="reference bug"):
         evaluate(broken, _KERNEL + "\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return _launch(x)\n",
                  seed=0, config=FAST)
+
+
+def test_evaluate_restores_the_callers_tf32_settings():
+    import torch
+
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        grade("\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return _launch(x)\n")
+        assert torch.backends.cuda.matmul.allow_tf32 is True
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
