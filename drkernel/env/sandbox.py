@@ -133,10 +133,17 @@ class CandidateProcess:
                 self._kill_group()
 
     def _watch_memory(self) -> None:
+        # The candidate's RSS is read every 50 ms; finding other members of its process group means
+        # scanning all of /proc, so that list is refreshed once a second.
+        others: list[int] = []
+        polls = 0
         while not self._watch_stop.wait(0.05):
             if self.proc.poll() is not None:
                 return
-            rss = sum(_rss_bytes(p) for p in _group_pids(self.pgid)) or _rss_bytes(self.proc.pid)
+            if polls % 20 == 0:
+                others = [p for p in _group_pids(self.pgid) if p != self.proc.pid]
+            polls += 1
+            rss = _rss_bytes(self.proc.pid) + sum(_rss_bytes(p) for p in others)
             if rss > self.memory_limit and self.failure is None:
                 self.failure = CandidateFailure("memory", f"memory limit exceeded: {rss >> 20} MiB resident "
                                                 f"(limit {self.memory_limit >> 20} MiB)")
