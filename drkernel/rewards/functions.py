@@ -98,6 +98,14 @@ def _passed(correct: Value, hacked: Value, compiled: Value) -> torch.Tensor:
     return _bool(correct) & ~_bool(hacked) & _bool(compiled)
 
 
+def _coverage_and_penalty(reward: torch.Tensor, c: torch.Tensor, coverage: Value, hacked: Value,
+                          enable: bool, weight: float, penalty: float) -> torch.Tensor:
+    """``reward + c [enable] W_cov cov`` (PR), then ``penalty`` wherever the turn is hacked."""
+    if enable:
+        reward = reward + c * weight * _float(coverage).double()  # + c W_cov cov  (PR)
+    return torch.where(_bool(hacked), torch.full_like(reward, penalty), reward)
+
+
 # --------------------------------------------------------------------------- reward functions
 
 
@@ -144,10 +152,7 @@ def speedup_reward(
     s = _float(speedup).clamp(min=0.0).clamp(max=speedup_upper)  # s~ = min(s, upper)
     s = torch.where(s < speedup_lower, torch.zeros_like(s), s).double()  # s~ = 0 if s~ < lower
     reward = correct_weight * c + performance_weight * c * s  # w_c c + w_p c s~
-    if coverage_enable:
-        reward = reward + c * coverage_weight * _float(coverage).double()  # + c W_cov cov  (PR)
-    reward = torch.where(_bool(hacked), torch.full_like(reward, penalty), reward)
-    return _out(reward, scalar)
+    return _out(_coverage_and_penalty(reward, c, coverage, hacked, coverage_enable, coverage_weight, penalty), scalar)
 
 
 def weighted_reward(
@@ -174,10 +179,7 @@ def weighted_reward(
     c = _passed(correct, hacked, compiled).double()
     faster = (_float(speedup) >= 1.0 + speedup_eps).double()  # [s >= 1 + eps]
     reward = correct_weight * c + performance_weight * c * faster
-    if coverage_enable:
-        reward = reward + c * coverage_weight * _float(coverage).double()
-    reward = torch.where(_bool(hacked), torch.full_like(reward, penalty), reward)
-    return _out(reward, scalar)
+    return _out(_coverage_and_penalty(reward, c, coverage, hacked, coverage_enable, coverage_weight, penalty), scalar)
 
 
 DEFAULT_TIERS: tuple[tuple[float, float], ...] = ((3.0, 1.0), (2.0, 0.8), (1.5, 0.6), (1.2, 0.4), (1.0, 0.2))
