@@ -227,8 +227,9 @@ def run_bench(suite: Suite | str | os.PathLike, *, solutions: str | os.PathLike 
 
 def _grade(executor: Any, jobs: list[tuple[SuiteTask, Task, Path, str]], seed: int | None, workers: int):
     """Yield ``(suite_task, candidate_path, result | None, exception | None, seconds)`` in completion
-    order. Each job goes through ``executor.evaluate`` on its own thread so that one job's
-    EnvironmentFailure is caught for that job alone (``Executor.map`` would stop at the first)."""
+    order. Each job goes through ``executor.evaluate`` on its own thread, timed here, so that a job
+    that ends in an EnvironmentFailure is reported alone and still has its seconds (with
+    ``return_exceptions=True``, ``Executor.map`` isolates failures too but does not time them)."""
     if not jobs:
         return
 

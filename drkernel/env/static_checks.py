@@ -195,12 +195,10 @@ class _Checker(ast.NodeVisitor):
 
     # -- statements ---------------------------------------------------------------------------
     def visit_Try(self, node: ast.AST) -> None:
-        body = getattr(node, "body", [])
-        only_imports = all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in body)
-        if self._func_depth or not only_imports or getattr(node, "handlers", None) is None:
-            self.add("try_except", node, "try/except can hide a failing kernel behind a fallback")
-        else:
-            self.add("try_except", node, "try/except around imports (a fallback path)")
+        around_imports = not self._func_depth and all(
+            isinstance(s, (ast.Import, ast.ImportFrom)) for s in getattr(node, "body", []))
+        self.add("try_except", node, "try/except around imports (a fallback path)" if around_imports
+                 else "try/except can hide a failing kernel behind a fallback")
         self.generic_visit(node)
 
     visit_TryStar = visit_Try  # type: ignore[assignment]
@@ -293,7 +291,7 @@ def _is_mutable_literal(value: ast.AST) -> bool:
     return False
 
 
-def _forward_reaches_kernel(checker: _Checker, tree: ast.Module, cls_name: str) -> bool:
+def _forward_reaches_kernel(checker: _Checker, cls_name: str) -> bool:
     """Follow calls from ``<cls>.forward`` through module functions and ``self.<method>`` calls.
 
     A reachable function that mentions a kernel's name (launch ``k[grid](...)``, or passing it to a
@@ -404,9 +402,10 @@ def check_source(source: str, entry_point: str = "Model") -> StaticReport:
         return report
     if not checker.kernels:
         report.findings.append(Finding("no_triton_kernel", "no @triton.jit kernel is defined", 0))
-    elif not _forward_reaches_kernel(checker, tree, cls_name):
+    elif not _forward_reaches_kernel(checker, cls_name):
+        forward = checker.functions.get(f"{cls_name}.forward")
         report.findings.append(Finding("forward_no_launch", f"{cls_name}.forward never reaches a Triton kernel",
-                                       checker.functions.get(f"{cls_name}.forward", tree).__dict__.get("lineno", 0)))
+                                       getattr(forward, "lineno", 0)))
     for node in ast.walk(checker.classes[cls_name]):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "forward" \
                 and isinstance(node.func.value, ast.Call) and _dotted(node.func.value.func) == "super":
