@@ -7,7 +7,10 @@ task without one fails as "no candidate"). Writes, under ``--out``:
 * ``results.json``: suite, device, versions, the EvalConfig used, the summary, and per task
   ``{task, candidate, status, result: EvalResult.to_dict()}``;
 * ``summary.md``: the summary table and a per-task table;
-* ``speedups.png``: per-task speedups on a log scale with lines at 1.0 and 1.2 (failures marked).
+* ``speedups.png``: per-task speedups on a log scale with lines at 1.0 and 1.2 (failures marked);
+* ``results.partial.jsonl`` while the run is going: one outcome per line as each task finishes, so
+  an interrupted run (a killed job, a time limit) keeps what it graded. Removed once results.json
+  is written.
 
 Summary metrics (over graded tasks, i.e. all tasks except environment failures and task errors;
 "no candidate" counts as a failed kernel), computed by :func:`drkernel.metrics.kernel_metrics`
@@ -46,6 +49,7 @@ PASS, FAIL, NO_CANDIDATE, ENV_FAILURE, TASK_ERROR = "pass", "fail", "no_candidat
 GRADED = (PASS, FAIL, NO_CANDIDATE)
 REPORTED_FAST = (1.0, 1.2)
 """Fast@p thresholds in the printed table (results.json has all of metrics.FAST_THRESHOLDS)."""
+PARTIAL_NAME = "results.partial.jsonl"
 
 
 @dataclass
@@ -171,11 +175,19 @@ def run_bench(suite: Suite | str | os.PathLike, *, solutions: str | os.PathLike 
 
     outcomes: dict[str, TaskOutcome] = {}
     n_total, done = len(selected), 0
+    partial = None
+    if out is not None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        partial = Path(out) / PARTIAL_NAME
+        partial.write_text("", encoding="utf-8")
 
     def record(o: TaskOutcome) -> None:
         nonlocal done
         done += 1
         outcomes[o.task] = o
+        if partial is not None:
+            with partial.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(_jsonable(o.to_dict())) + "\n")
         if progress is not None:
             print(progress_line(done, n_total, o, width=max(len(t.id) for t in selected)), file=progress, flush=True)
 
@@ -222,6 +234,7 @@ def run_bench(suite: Suite | str | os.PathLike, *, solutions: str | os.PathLike 
     report.wall_seconds = time.monotonic() - t_start
     if out is not None:
         write_report(report, out, plot=plot)
+        partial.unlink(missing_ok=True)
     return report
 
 

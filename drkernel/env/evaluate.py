@@ -64,9 +64,20 @@ def _as_candidate_source(candidate: str | os.PathLike) -> str:
     return str(candidate)
 
 
+_SHM_MIN_FREE = 4 << 30
+
+
 def _workdir_root() -> str | None:
+    """Tensors cross the process boundary as files: put them on /dev/shm (memory) when it is
+    writable and roomy. Containers often mount a 64 MiB /dev/shm, too small for full-size tasks,
+    so below 4 GiB free the default temporary directory is used instead."""
     shm = Path("/dev/shm")
-    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+    try:
+        st = os.statvfs(shm)
+    except OSError:
+        return None
+    roomy = st.f_bavail * st.f_frsize >= _SHM_MIN_FREE
+    return str(shm) if roomy and os.access(shm, os.W_OK) else None
 
 
 def _clip(text: str, limit: int = 2000) -> str:
@@ -395,6 +406,7 @@ def _time(result: EvalResult, proc: CandidateProcess, loaded: LoadedTask, ref_mo
     result.details["timing"] = {
         "candidate_ms": cand, "reference_ms": ref, "candidate_event_ms": reply.get("candidate_event"),
         "candidate_host_ms": reply.get("candidate_host"), "host_gap_ms": gaps,
+        "launch_ms": reply.get("launch_ms"),
         "trials": config.timing_trials, "warmup": config.warmup, "reference_backend": config.reference_backend,
         "samples": reply.get("samples"), "persisting_l2_reset": reply.get("persisting_l2_reset"),
     }

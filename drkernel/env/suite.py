@@ -10,7 +10,7 @@ Layout (``envs/<suite>/``)::
 
 .. code-block:: yaml
 
-    id: single_ops-v0            # versioned id: a changed tolerance or timing protocol bumps it
+    id: single_ops-v1            # versioned id: a changed tolerance or timing protocol bumps it
     description: one line
     entry_point: Model           # reference class; candidates define ModelNew
     size_env_var: DRKERNEL_TASK_SIZE   # or null when the tasks have one size (plain KernelBench)
@@ -64,7 +64,7 @@ class Suite:
     """A loaded suite (see the module doc for the layout and env.yaml keys)."""
 
     id: str
-    """Versioned id from env.yaml, e.g. ``single_ops-v0``."""
+    """Versioned id from env.yaml, e.g. ``single_ops-v1``."""
     description: str
     root: Path
     """The suite directory (absolute)."""

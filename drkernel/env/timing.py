@@ -7,13 +7,20 @@ alternates every trial), after warm-up. Per timed call:
    per-call factor (a power of two, negated when the task allows) — prepared outside the timed
    region, so a cache keyed on pointers, shapes or values returns a wrong answer;
 2. on CUDA: persisting-L2 state is reset (``cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0)``
-   and ``cudaCtxResetPersistingL2Cache``, pattern #20), the L2 cache is flushed by writing a buffer
-   twice its size, then the device is synchronised;
+   and ``cudaCtxResetPersistingL2Cache``, pattern #20), the device is synchronised, and the L2
+   cache is flushed by writing a buffer of ``max(2 x L2, 256 MiB)``. The flush is left *in the
+   queue* when the call starts (KernelBench's and ``triton.testing.do_bench``'s order): it keeps
+   the GPU busy (about 85 us on an H100) while the host runs the call's Python and launch path, so
+   the events measure device time rather than the launcher's overhead. Host work beyond the flush
+   still counts. Without this, a Triton kernel called from Python (30-50 us per launch) could never
+   match an eager op of the same device time (tests/gpu/solution_speed.py measures both orders);
 3. the call is bracketed by CUDA events on the current stream *and* by a host clock around a
    device-wide synchronisation. Work hidden on side streams or threads escapes the events but not
    the host clock: a candidate whose host time exceeds its event time by much more than the
    reference's does is flagged ``side_stream``. The reported time is the larger of the two
-   (event time, or host time minus the reference's host-event gap);
+   (event time, or host time minus the reference's host-event gap, which holds the flush's
+   remainder). The host time of the launch path alone (the call returning, before any
+   synchronisation) is reported as ``launch_ms``;
 4. every candidate call must launch one of its own Triton kernels, and a few calls chosen by the
    grader have their outputs written back for checking against the reference.
 
@@ -28,6 +35,9 @@ from typing import Any
 
 _perf = time.perf_counter
 _CUDA_LIMIT_PERSISTING_L2 = 0x06
+FLUSH_MIN_BYTES = 256 << 20
+"""The L2 flush writes at least this much (KernelBench's 256 MB): long enough on an H100 (~85 us) to
+cover a Python-launched kernel's host path, and at least twice any current GPU's L2."""
 
 
 def persisting_l2_resetter():
@@ -87,7 +97,7 @@ def time_interleaved(h: Any, msg: dict[str, Any]) -> dict[str, Any]:
     flush = None
     if cuda:
         l2 = torch.cuda.get_device_properties(h.device).L2_cache_size or (50 << 20)
-        flush = torch.empty(2 * l2 // 4, dtype=torch.float32, device=h.device)
+        flush = torch.empty(max(2 * l2, FLUSH_MIN_BYTES) // 4, dtype=torch.float32, device=h.device)
         start_ev = torch.cuda.Event(enable_timing=True)
         end_ev = torch.cuda.Event(enable_timing=True)
         torch.empty(1, device=h.device)  # make sure the runtime is initialised before resolving it
@@ -101,13 +111,13 @@ def time_interleaved(h: Any, msg: dict[str, Any]) -> dict[str, Any]:
     def make_inputs(i: int) -> list[Any]:
         return scale_floats(pool[i % len(pool)], factors[i % len(factors)])
 
-    def one_call(model: Any, i: int, grad_ctx: Any) -> tuple[float, float, Any]:
+    def one_call(model: Any, i: int, grad_ctx: Any) -> tuple[float, float, float, Any]:
         x = make_inputs(i)
         if reset_l2 is not None:
             l2_resets_ok.append(reset_l2())
-        if flush is not None:
-            flush.zero_()
         h.sync()
+        if flush is not None:
+            flush.zero_()  # queued ahead of the start event: the GPU is busy while the host launches
         with grad_ctx():
             t0 = _perf()
             if cuda:
@@ -115,11 +125,12 @@ def time_interleaved(h: Any, msg: dict[str, Any]) -> dict[str, Any]:
             out = model(*x)
             if cuda:
                 end_ev.record()
+            t_launched = _perf()
             h.sync()
             t1 = _perf()
         host_ms = (t1 - t0) * 1e3
         ev_ms = start_ev.elapsed_time(end_ev) if cuda else host_ms
-        return ev_ms, host_ms, out
+        return ev_ms, host_ms, (t_launched - t0) * 1e3, out
 
     no_grad = torch.no_grad
     t_begin = _perf()
@@ -127,22 +138,25 @@ def time_interleaved(h: Any, msg: dict[str, Any]) -> dict[str, Any]:
         one_call(h.reference, i, no_grad)
         one_call(h.model, i, no_grad)
     ref_ev, ref_host, cand_ev, cand_host = [], [], [], []
+    launch: dict[str, list[float]] = {"reference": [], "candidate": []}
     calls_without_launch = 0
     spot_out = []
     for i in range(trials):
         order = ("ref", "cand") if i % 2 == 0 else ("cand", "ref")
         for who in order:
             if who == "ref":
-                ev, host, _ = one_call(h.reference, i, no_grad)
+                ev, host, launched, _ = one_call(h.reference, i, no_grad)
                 ref_ev.append(ev)
                 ref_host.append(host)
+                launch["reference"].append(launched)
             else:
                 h.recorder.reset()
-                ev, host, out = one_call(h.model, i, no_grad)
+                ev, host, launched, out = one_call(h.model, i, no_grad)
                 if h.recorder.total() == 0:
                     calls_without_launch += 1
                 cand_ev.append(ev)
                 cand_host.append(host)
+                launch["candidate"].append(launched)
                 if i in spot:
                     desc = None
                     if type(out) is torch.Tensor:
@@ -161,6 +175,7 @@ def time_interleaved(h: Any, msg: dict[str, Any]) -> dict[str, Any]:
         "candidate_event": summarize(cand_ev), "candidate_host": summarize(cand_host),
         "reference_host": summarize(ref_host),
         "host_gap_ms": {"reference": ref_gap, "candidate": cand_gap},
+        "launch_ms": {k: statistics.median(v) for k, v in launch.items()},
         "calls_without_launch": calls_without_launch, "spot": spot_out,
         "timed_total_ms": sum(ref_host) + sum(cand_host), "total_s": total_s,
         "samples": {"reference": ref_ms, "candidate": cand_ms},

@@ -117,6 +117,35 @@ def test_environment_failure_is_not_a_kernel_failure(tmp_path):
     assert data["environment_failures"] == [{"task": "02_add", "message": "EnvironmentFailure: worker could not start"}]
 
 
+def test_interrupted_run_keeps_what_it_graded(tmp_path):
+    """A run killed half-way (time limit, Ctrl-C) leaves one JSON line per finished task."""
+
+    class Stop(Exception):
+        pass
+
+    class DiesOnSecondLine:
+        lines = 0
+
+        def write(self, text):
+            if text.strip():
+                self.lines += 1
+                if self.lines == 2:
+                    raise Stop
+
+        def flush(self):
+            pass
+
+    with pytest.raises(Stop):
+        run_bench(MINI, device="cpu", out=tmp_path, executor=FakeExecutor(), progress=DiesOnSecondLine(), plot=False)
+    lines = [json.loads(x) for x in (tmp_path / "results.partial.jsonl").read_text().splitlines()]
+    assert [x["task"] for x in lines] == ["01_relu", "02_add"]  # written before the progress line
+    assert lines[0]["status"] == "pass" and lines[0]["result"]["speedup"] == 1.2
+    assert not (tmp_path / "results.json").exists()
+    # a completed run replaces the partial file with results.json
+    run_bench(MINI, device="cpu", out=tmp_path, executor=FakeExecutor(), progress=None, plot=False)
+    assert (tmp_path / "results.json").is_file() and not (tmp_path / "results.partial.jsonl").exists()
+
+
 def test_cli_exit_codes(tmp_path, monkeypatch, capsys):
     assert main(["bench", "--suite", str(tmp_path / "missing")]) == 2
     assert "suite directory not found" in capsys.readouterr().err

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU path of drkernel in one call, on a CUDA machine (no internet needed):
 #   bash tests/gpu/run.sh [stage ...]     stages: cli tests fixtures spread single fused (default: all)
+#                                         probe sweep (suite authors' tools, not in the default)
 # Results go to $OUT (default /tmp/drkernel-gpu): logs, results.json, summary.md, plots.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -34,6 +35,11 @@ for stage in $STAGES; do
                 --out "$OUT/single_ops$SUFFIX" 2>&1 | tee "$OUT/bench_single$SUFFIX.log" || status=1 ;;
     fused)    $PY -m drkernel.cli bench --suite envs/fused_ops --device cuda "${TASKS_ARG[@]}" \
                 --out "$OUT/fused_ops$SUFFIX" 2>&1 | tee "$OUT/bench_fused$SUFFIX.log" || status=1 ;;
+    probe)    for suite in single_ops fused_ops; do
+                $PY tests/gpu/solution_speed.py --suite "envs/$suite" ${BENCH_TASKS:+--tasks "$BENCH_TASKS"} \
+                  --out "$OUT/speed_$suite$SUFFIX.json" 2>&1 | tee "$OUT/speed_$suite$SUFFIX.log" || status=1
+              done ;;
+    sweep)    $PY tests/gpu/gemm_sweep.py --out "$OUT/gemm_sweep.json" 2>&1 | tee "$OUT/gemm_sweep.log" || status=1 ;;
     *) echo "unknown stage $stage"; status=2 ;;
   esac
 done

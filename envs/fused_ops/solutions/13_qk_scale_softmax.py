@@ -29,7 +29,7 @@ def _qk_softmax_kernel(q_ptr, k_ptr, p_ptr, S, D, scale,
         mask_n = offs_n < S
         kt = tl.load(k_base + offs_n[None, :] * D + offs_d[:, None],
                      mask=mask_n[None, :] & (offs_d[:, None] < D), other=0.0)
-        s = tl.dot(q, kt, input_precision="ieee") * scale
+        s = tl.dot(q, kt, input_precision="tf32x3") * scale
         tl.store(p_base + offs_m[:, None] * S + offs_n[None, :], s, mask=mask_m[:, None] & mask_n[None, :])
         s = tl.where(mask_n[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))

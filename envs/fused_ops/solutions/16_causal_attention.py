@@ -13,7 +13,7 @@ def _attn_step(q, k_ptrs, v_ptrs, m_i, l_i, acc, offs_m, offs_n, S, scale, mask_
     # one key/value block of the online softmax
     mask_n = offs_n < S
     kt = tl.load(k_ptrs, mask=mask_n[None, :] & mask_d[:, None], other=0.0)
-    s = tl.dot(q, kt, input_precision="ieee") * scale
+    s = tl.dot(q, kt, input_precision="tf32x3") * scale
     if MASKED:
         s = tl.where(mask_n[None, :] & (offs_n[None, :] <= offs_m[:, None]), s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -21,7 +21,7 @@ def _attn_step(q, k_ptrs, v_ptrs, m_i, l_i, acc, offs_m, offs_n, S, scale, mask_
     p = tl.exp(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
     v = tl.load(v_ptrs, mask=mask_n[:, None] & mask_d[None, :], other=0.0)
-    acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+    acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="tf32x3")
     return m_new, l_i, acc
 
 

@@ -32,7 +32,7 @@ def _linear_relu_rowsum_kernel(x_ptr, w_ptr, b_ptr, part_ptr, M, N, K, stride_xm
         k_left = K - k * BLOCK_K
         a = tl.load(x_ptrs, mask=mask_m[:, None] & (offs_k[None, :] < k_left), other=0.0)
         b = tl.load(w_ptrs, mask=mask_n[None, :] & (offs_k[:, None] < k_left), other=0.0)
-        acc = tl.dot(a, b, acc, input_precision="ieee")
+        acc = tl.dot(a, b, acc, input_precision="tf32x3")
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
 
@@ -55,11 +55,13 @@ def _rows_sum_kernel(part_ptr, y_ptr, M, T, scale, BLOCK_R: tl.constexpr, BLOCK_
 
 
 def _gemm_blocks(M, N):
-    # 128x256x16 tiles with 8 warps / 3 stages were the fastest fp32 (ieee, FMA) tiling measured on
-    # Hopper; small problems get smaller power-of-two tiles (>= 16 for tl.dot) and still several tiles.
+    # fp32-accurate tensor cores (tl.dot with input_precision="tf32x3": three TF32 products of the
+    # operands' high and low parts). 128x128x64 tiles, 8 warps, 3 stages were the fastest tiling on
+    # H100 with both operands K-contiguous, about 1.7x cuBLAS fp32 (tests/gpu/gemm_sweep.py); small
+    # problems get smaller power-of-two tiles (>= 16 for tl.dot) and still several tiles.
     block_m = max(16, min(128, triton.next_power_of_2(M) // 2))
-    block_n = max(16, min(256, triton.next_power_of_2(N) // 2))
-    return block_m, block_n, 16
+    block_n = max(16, min(128, triton.next_power_of_2(N) // 2))
+    return block_m, block_n, 64
 
 
 class ModelNew(nn.Module):

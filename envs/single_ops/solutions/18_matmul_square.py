@@ -1,4 +1,11 @@
-"""Tiled fp32 GEMM C = A @ B with grouped tile ordering (L2 reuse) and exact-fp32 tl.dot."""
+"""C = A @ B in two Triton kernels: a tiled transpose writes B.T (N, K), then a tiled GEMM reads both
+operands K-contiguous.
+
+fp32-accurate tensor cores: ``tl.dot(..., input_precision="tf32x3")`` splits each operand into a TF32
+high and low part and adds three tensor-core products (hi*hi + hi*lo + lo*hi), with an error close to
+fp32's. Hopper's TF32 tensor-core instruction wants both operands K-contiguous; B (K, N) is not, and
+the GEMM reading it directly ran at about 0.6x the speed (tests/gpu/gemm_sweep.py), while the
+transpose costs about 3% of the GEMM."""
 import torch
 import torch.nn as nn
 import triton
@@ -6,10 +13,21 @@ import triton.language as tl
 
 
 @triton.jit
-def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
-                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   GROUP_M: tl.constexpr):
+def _transpose_kernel(x_ptr, out_ptr, R, C, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    # out (C, R) = x (R, C).T
+    rr = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    rc = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    x = tl.load(x_ptr + rr[:, None] * C + rc[None, :],
+                mask=(rr[:, None] < R) & (rc[None, :] < C), other=0.0)
+    tl.store(out_ptr + rc[:, None] * R + rr[None, :], tl.trans(x),
+             mask=(rc[:, None] < C) & (rr[None, :] < R))
+
+
+@triton.jit
+def _matmul_nt_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_cm,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      GROUP_M: tl.constexpr):
+    # C[m, n] = sum_k A[m, k] * Bt[n, k]; both operands unit-stride along K.
     pid = tl.program_id(0)
     num_m = tl.cdiv(M, BLOCK_M)
     num_n = tl.cdiv(N, BLOCK_N)
@@ -21,15 +39,17 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :]
+    b_ptrs = b_ptr + rn[None, :] * stride_bn + rk[:, None]
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
-        kk = k * BLOCK_K + rk
-        a = tl.load(a_ptr + rm[:, None] * stride_am + kk[None, :] * stride_ak,
-                    mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + kk[:, None] * stride_bk + rn[None, :] * stride_bn,
-                    mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc += tl.dot(a, b, input_precision="ieee")
-    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc,
+        k_left = K - k * BLOCK_K
+        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < k_left), other=0.0)
+        b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc, input_precision="tf32x3")
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :], acc,
              mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
@@ -46,12 +66,15 @@ class ModelNew(nn.Module):
         B = B.contiguous()
         M, K = A.shape
         N = B.shape[1]
+        Bt = torch.empty((N, K), device=B.device, dtype=B.dtype)
+        TR, TC = _tile(K, 64), _tile(N, 64)
+        _transpose_kernel[(triton.cdiv(K, TR), triton.cdiv(N, TC))](B, Bt, K, N, BLOCK_R=TR, BLOCK_C=TC,
+                                                                   num_warps=4)
         C = torch.empty((M, N), device=A.device, dtype=A.dtype)
-        BM, BN, BK = _tile(M, 64), _tile(N, 128), _tile(K, 32)
+        # 128x128x64 tiles, 8 warps, 3 stages: fastest tf32x3 tiling on H100 (tests/gpu/gemm_sweep.py).
+        BM, BN, BK = _tile(M, 128), _tile(N, 128), _tile(K, 64)
         grid = (triton.cdiv(M, BM) * triton.cdiv(N, BN),)
-        _matmul_kernel[grid](A, B, C, M, N, K,
-                             A.stride(0), A.stride(1), B.stride(0), B.stride(1),
-                             C.stride(0), C.stride(1),
-                             BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=8,
-                             num_warps=4, num_stages=3)
+        _matmul_nt_kernel[grid](A, Bt, C, M, N, K, A.stride(0), Bt.stride(0), C.stride(0),
+                                BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=8,
+                                num_warps=8, num_stages=3)
         return C

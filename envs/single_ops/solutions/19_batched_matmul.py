@@ -1,4 +1,10 @@
-"""Batched tiled fp32 GEMM: grid axis 1 is the batch, each program one output tile; exact-fp32 tl.dot."""
+"""C[b] = A[b] @ B[b] in two Triton kernels: a batched tiled transpose writes B[b].T (N, K), then a
+batched tiled GEMM (grid axis 1 is the batch) reads both operands K-contiguous.
+
+fp32-accurate tensor cores: ``tl.dot(..., input_precision="tf32x3")`` (three TF32 products of the
+operands' high and low parts, error close to fp32's). Hopper's TF32 tensor-core instruction wants
+both operands K-contiguous; reading B[b] (K, N) directly ran at about 0.6x the speed
+(tests/gpu/gemm_sweep.py), far more than the transpose costs."""
 import torch
 import torch.nn as nn
 import triton
@@ -6,11 +12,25 @@ import triton.language as tl
 
 
 @triton.jit
-def _bmm_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
-                stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn,
-                stride_cb, stride_cm, stride_cn,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                GROUP_M: tl.constexpr):
+def _bt_transpose_kernel(x_ptr, out_ptr, R, C, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    # out[b] (C, R) = x[b] (R, C).T
+    b = tl.program_id(2)
+    x_ptr += b * R * C
+    out_ptr += b * R * C
+    rr = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    rc = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    x = tl.load(x_ptr + rr[:, None] * C + rc[None, :],
+                mask=(rr[:, None] < R) & (rc[None, :] < C), other=0.0)
+    tl.store(out_ptr + rc[:, None] * R + rr[None, :], tl.trans(x),
+             mask=(rc[:, None] < C) & (rr[None, :] < R))
+
+
+@triton.jit
+def _bmm_nt_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_ab, stride_am, stride_bb, stride_bn,
+                   stride_cb, stride_cm,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                   GROUP_M: tl.constexpr):
+    # C[b, m, n] = sum_k A[b, m, k] * Bt[b, n, k]; both operands unit-stride along K.
     pid = tl.program_id(0)
     bid = tl.program_id(1)
     num_m = tl.cdiv(M, BLOCK_M)
@@ -20,21 +40,20 @@ def _bmm_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     size_m = tl.minimum(num_m - first_m, GROUP_M)
     pid_m = first_m + (pid % group) % size_m
     pid_n = (pid % group) // size_m
-    a_ptr += bid * stride_ab
-    b_ptr += bid * stride_bb
-    c_ptr += bid * stride_cb
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + bid * stride_ab + rm[:, None] * stride_am + rk[None, :]
+    b_ptrs = b_ptr + bid * stride_bb + rn[None, :] * stride_bn + rk[:, None]
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
-        kk = k * BLOCK_K + rk
-        a = tl.load(a_ptr + rm[:, None] * stride_am + kk[None, :] * stride_ak,
-                    mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + kk[:, None] * stride_bk + rn[None, :] * stride_bn,
-                    mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc += tl.dot(a, b, input_precision="ieee")
-    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc,
+        k_left = K - k * BLOCK_K
+        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < k_left), other=0.0)
+        b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc, input_precision="tf32x3")
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K
+    tl.store(c_ptr + bid * stride_cb + rm[:, None] * stride_cm + rn[None, :], acc,
              mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
@@ -49,15 +68,18 @@ class ModelNew(nn.Module):
     def forward(self, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
         A = A.contiguous()
         B = B.contiguous()
-        Bt, M, K = A.shape
+        Bt_, M, K = A.shape
         N = B.shape[2]
-        C = torch.empty((Bt, M, N), device=A.device, dtype=A.dtype)
-        BM, BN, BK = _tile(M, 64), _tile(N, 128), _tile(K, 32)
-        grid = (triton.cdiv(M, BM) * triton.cdiv(N, BN), Bt)
-        _bmm_kernel[grid](A, B, C, M, N, K,
-                          A.stride(0), A.stride(1), A.stride(2),
-                          B.stride(0), B.stride(1), B.stride(2),
-                          C.stride(0), C.stride(1), C.stride(2),
-                          BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=8,
-                          num_warps=4, num_stages=3)
+        Bt = torch.empty((Bt_, N, K), device=B.device, dtype=B.dtype)
+        TR, TC = _tile(K, 64), _tile(N, 64)
+        _bt_transpose_kernel[(triton.cdiv(K, TR), triton.cdiv(N, TC), Bt_)](B, Bt, K, N, BLOCK_R=TR,
+                                                                             BLOCK_C=TC, num_warps=4)
+        C = torch.empty((Bt_, M, N), device=A.device, dtype=A.dtype)
+        # 128x128x64 tiles, 8 warps, 3 stages: fastest tf32x3 tiling on H100 (tests/gpu/gemm_sweep.py).
+        BM, BN, BK = _tile(M, 128), _tile(N, 128), _tile(K, 64)
+        grid = (triton.cdiv(M, BM) * triton.cdiv(N, BN), Bt_)
+        _bmm_nt_kernel[grid](A, Bt, C, M, N, K, A.stride(0), A.stride(1), Bt.stride(0), Bt.stride(1),
+                             C.stride(0), C.stride(1),
+                             BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=8,
+                             num_warps=8, num_stages=3)
         return C
