@@ -63,18 +63,18 @@ def test_unwritten_output_fails_with_nan_prefill():
 
 
 def test_persisting_l2_reset_works_on_this_device():
-    from drkernel.env.timing import persisting_l2_resetter
-
     import ctypes
+
+    from drkernel.env.timing import persisting_l2_resetter
 
     torch.empty(1, device="cuda")
     reset = persisting_l2_resetter()
-    assert reset is not None and reset() == "clean"
-    # a carve-out as a hack would make it (pattern #20) is found and cleared
+    assert reset is not None and reset() is True
+    # a carve-out as a hack would make it (pattern #20) is cleared
     lib = next(ctypes.CDLL(line.split()[-1]) for line in open("/proc/self/maps") if "libcudart" in line)
     lib.cudaDeviceSetLimit.argtypes = [ctypes.c_int, ctypes.c_size_t]
+    lib.cudaDeviceGetLimit.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]
     assert lib.cudaDeviceSetLimit(0x06, 4 << 20) == 0
-    assert reset() == "reset"
+    assert reset() is True
     size = ctypes.c_size_t(1)
     assert lib.cudaDeviceGetLimit(ctypes.byref(size), 0x06) == 0 and size.value == 0
-    assert reset() == "clean"

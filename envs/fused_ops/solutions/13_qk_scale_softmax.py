@@ -10,7 +10,8 @@ import triton.language as tl
 
 @triton.jit
 def _qk_softmax_kernel(q_ptr, k_ptr, p_ptr, S, D, scale,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                      PRECISION: tl.constexpr):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -29,10 +30,11 @@ def _qk_softmax_kernel(q_ptr, k_ptr, p_ptr, S, D, scale,
         mask_n = offs_n < S
         kt = tl.load(k_base + offs_n[None, :] * D + offs_d[:, None],
                      mask=mask_n[None, :] & (offs_d[:, None] < D), other=0.0)
-        # input_precision="ieee", not "tf32x3": under the scaled inputs (x s, s up to 100) the logits grow
-        # by s^2, and tf32x3's ~2^-21 relative product error, passed through exp, fails the 1e-4
-        # tolerance on the probabilities (seen on H100); plain fp32 FMA products stay inside it.
-        s = tl.dot(q, kt, input_precision="ieee") * scale
+        # PRECISION: "bf16x6" on a GPU (each fp32 operand split into three bf16 parts, six tensor-core
+        # products: fp32-level error at tensor-core speed), "ieee" in the CPU interpreter. Not "tf32x3":
+        # under the scaled inputs (x s, s up to 100) the logits grow by s^2, and tf32x3's ~2^-21
+        # relative product error, passed through exp, failed the 1e-4 tolerance on H100.
+        s = tl.dot(q, kt, input_precision=PRECISION) * scale
         tl.store(p_base + offs_m[:, None] * S + offs_n[None, :], s, mask=mask_m[:, None] & mask_n[None, :])
         s = tl.where(mask_n[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -63,5 +65,6 @@ class ModelNew(nn.Module):
         grid = (triton.cdiv(S, block), B * H)
         _qk_softmax_kernel[grid](q, k, p, S, D, float(self.scale),
                                  BLOCK_M=block, BLOCK_N=block, BLOCK_D=max(16, triton.next_power_of_2(D)),
+                                 PRECISION="bf16x6" if q.is_cuda else "ieee",
                                  num_warps=4, num_stages=2)
         return p

@@ -9,7 +9,8 @@ import triton.language as tl
 
 @triton.jit
 def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, S, D, scale,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                      PRECISION: tl.constexpr):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -27,10 +28,11 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, S, D, scale,
         mask_n = offs_n < S
         kt = tl.load(k_ptr + base + offs_n[None, :] * D + offs_d[:, None],
                      mask=mask_n[None, :] & mask_d[:, None], other=0.0)
-        # input_precision="ieee", not "tf32x3": under the scaled inputs (x s, s up to 100) the logits grow
-        # by s^2, and tf32x3's ~2^-21 relative product error, passed through exp, fails the 1e-4
-        # tolerance on the probabilities (seen on H100); plain fp32 FMA products stay inside it.
-        s = tl.dot(q, kt, input_precision="ieee") * scale
+        # PRECISION: "bf16x6" on a GPU (each fp32 operand split into three bf16 parts, six tensor-core
+        # products: fp32-level error at tensor-core speed), "ieee" in the CPU interpreter. Not "tf32x3":
+        # under the scaled inputs (x s, s up to 100) the logits grow by s^2, and tf32x3's ~2^-21
+        # relative product error, passed through exp, failed the 1e-4 tolerance on H100.
+        s = tl.dot(q, kt, input_precision=PRECISION) * scale
         s = tl.where(mask_n[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         alpha = tl.exp(m_i - m_new)
@@ -38,7 +40,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, S, D, scale,
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = tl.load(v_ptr + base + offs_n[:, None] * D + offs_d[None, :],
                     mask=mask_n[:, None] & mask_d[None, :], other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
         m_i = m_new
     out = acc / l_i[:, None]
     tl.store(o_ptr + base + offs_m[:, None] * D + offs_d[None, :], out, mask=mask_m[:, None] & mask_d[None, :])
@@ -60,5 +62,6 @@ class ModelNew(nn.Module):
         grid = (triton.cdiv(S, block_m), B * H)
         _attention_kernel[grid](q, k, v, o, S, D, float(self.scale),
                                 BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, triton.next_power_of_2(D)),
+                                PRECISION="bf16x6" if q.is_cuda else "ieee",
                                 num_warps=warps, num_stages=2)
         return o

@@ -9,14 +9,16 @@ import triton.language as tl
 
 
 @triton.jit
-def _attn_step(q, k_ptrs, v_ptrs, m_i, l_i, acc, offs_m, offs_n, S, scale, mask_d, MASKED: tl.constexpr):
+def _attn_step(q, k_ptrs, v_ptrs, m_i, l_i, acc, offs_m, offs_n, S, scale, mask_d, MASKED: tl.constexpr,
+               PRECISION: tl.constexpr):
     # one key/value block of the online softmax
     mask_n = offs_n < S
     kt = tl.load(k_ptrs, mask=mask_n[None, :] & mask_d[:, None], other=0.0)
-    # input_precision="ieee", not "tf32x3": under the scaled inputs (x s, s up to 100) the logits grow
-    # by s^2, and tf32x3's ~2^-21 relative product error, passed through exp, fails the 1e-4
-    # tolerance on the probabilities (seen on H100); plain fp32 FMA products stay inside it.
-    s = tl.dot(q, kt, input_precision="ieee") * scale
+    # PRECISION: "bf16x6" on a GPU (each fp32 operand split into three bf16 parts, six tensor-core
+    # products: fp32-level error at tensor-core speed), "ieee" in the CPU interpreter. Not "tf32x3":
+    # under the scaled inputs (x s, s up to 100) the logits grow by s^2, and tf32x3's ~2^-21
+    # relative product error, passed through exp, failed the 1e-4 tolerance on H100.
+    s = tl.dot(q, kt, input_precision=PRECISION) * scale
     if MASKED:
         s = tl.where(mask_n[None, :] & (offs_n[None, :] <= offs_m[:, None]), s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -24,13 +26,14 @@ def _attn_step(q, k_ptrs, v_ptrs, m_i, l_i, acc, offs_m, offs_n, S, scale, mask_
     p = tl.exp(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
     v = tl.load(v_ptrs, mask=mask_n[:, None] & mask_d[None, :], other=0.0)
-    acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+    acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
     return m_new, l_i, acc
 
 
 @triton.jit
 def _causal_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, S, D, scale,
-                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                             PRECISION: tl.constexpr):
     # requires BLOCK_M % BLOCK_N == 0 (the host code uses BLOCK_M == BLOCK_N)
     # heaviest (last) query blocks are launched first: better load balance for the triangular work
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -51,13 +54,13 @@ def _causal_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, S, D, scale,
         offs_n = n * BLOCK_N + offs_nb
         m_i, l_i, acc = _attn_step(q, k_ptr + base + offs_n[None, :] * D + offs_d[:, None],
                                    v_ptr + base + offs_n[:, None] * D + offs_d[None, :],
-                                   m_i, l_i, acc, offs_m, offs_n, S, scale, mask_d, False)
+                                   m_i, l_i, acc, offs_m, offs_n, S, scale, mask_d, False, PRECISION)
     # key blocks on the diagonal: causal + bounds mask (every row keeps key 0 or its own key, so m stays finite)
     for n in range(n_full, n_full + BLOCK_M // BLOCK_N):
         offs_n = n * BLOCK_N + offs_nb
         m_i, l_i, acc = _attn_step(q, k_ptr + base + offs_n[None, :] * D + offs_d[:, None],
                                    v_ptr + base + offs_n[:, None] * D + offs_d[None, :],
-                                   m_i, l_i, acc, offs_m, offs_n, S, scale, mask_d, True)
+                                   m_i, l_i, acc, offs_m, offs_n, S, scale, mask_d, True, PRECISION)
     out = acc / l_i[:, None]
     tl.store(o_ptr + base + offs_m[:, None] * D + offs_d[None, :], out, mask=mask_m[:, None] & mask_d[None, :])
 
@@ -77,5 +80,6 @@ class ModelNew(nn.Module):
         grid = (triton.cdiv(S, block), B * H)
         _causal_attention_kernel[grid](q, k, v, o, S, D, float(self.scale),
                                        BLOCK_M=block, BLOCK_N=block, BLOCK_D=max(16, triton.next_power_of_2(D)),
+                                       PRECISION="bf16x6" if q.is_cuda else "ieee",
                                        num_warps=4, num_stages=2)
         return o
