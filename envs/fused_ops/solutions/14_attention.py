@@ -29,9 +29,8 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, S, D, scale,
         kt = tl.load(k_ptr + base + offs_n[None, :] * D + offs_d[:, None],
                      mask=mask_n[None, :] & mask_d[:, None], other=0.0)
         # PRECISION: "bf16x6" on a GPU (each fp32 operand split into three bf16 parts, six tensor-core
-        # products: fp32-level error at tensor-core speed), "ieee" in the CPU interpreter. Not "tf32x3":
-        # under the scaled inputs (x s, s up to 100) the logits grow by s^2, and tf32x3's ~2^-21
-        # relative product error, passed through exp, failed the 1e-4 tolerance on H100.
+        # products): fp32-level error at tensor-core speed, more accurate and faster than "tf32x3"
+        # on H100 (tests/gpu/solution_speed.py). "ieee" in the CPU interpreter, which has no bf16x6.
         s = tl.dot(q, kt, input_precision=PRECISION) * scale
         s = tl.where(mask_n[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))

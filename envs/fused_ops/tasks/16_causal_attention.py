@@ -7,6 +7,12 @@ import torch.nn as nn
 
 SMALL = os.environ.get("DRKERNEL_TASK_SIZE", "full") == "small"
 
+# Scaling Q and K by s (up to 100) scales the logits by s^2: at |logit| ~ 1e4, fp32 itself resolves
+# a logit only to ~1e-3, so two correct fp32 implementations (cuBLAS and a tensor-core Triton
+# kernel) disagree on the softmax beyond the 1e-4 tolerance (seen on H100). The test would be
+# ill-conditioned, so no "scaled" trials; signs still flip.
+INPUT_DISTRIBUTIONS = ("native", "negated")
+
 if SMALL:
     batch_size, num_heads, seq_len, head_dim = 2, 2, 40, 16
 else:
