@@ -87,6 +87,8 @@ class BenchReport:
     """Files in the solutions directory whose name matches no task (likely misnamed)."""
     out_dir: Path | None = None
     wall_seconds: float = 0.0
+    merged_from: list[dict[str, Any]] | None = None
+    """For a merged report: each part's directory, versions, GPU and CPU (where it ran)."""
 
     def by_status(self, status: str) -> list[TaskOutcome]:
         return [o for o in self.outcomes if o.status == status]
@@ -238,6 +240,66 @@ def run_bench(suite: Suite | str | os.PathLike, *, solutions: str | os.PathLike 
     return report
 
 
+def read_outcomes(part: str | os.PathLike) -> tuple[dict[str, Any], list[TaskOutcome]]:
+    """Outcomes of one earlier run: its ``results.json``, or ``results.partial.jsonl`` if it was cut
+    short. Returns (run metadata, outcomes); the metadata is empty for a partial run."""
+    part = Path(part)
+    full, partial = part / "results.json", part / PARTIAL_NAME
+    if full.is_file():
+        data = json.loads(full.read_text(encoding="utf-8"))
+        rows = data.get("tasks", [])
+    elif partial.is_file():
+        data = {}
+        rows = [json.loads(line) for line in partial.read_text(encoding="utf-8").splitlines() if line.strip()]
+    else:
+        raise ValueError(f"{part} holds neither results.json nor {PARTIAL_NAME}")
+    outcomes = []
+    for row in rows:
+        result = EvalResult.from_dict(row["result"]) if row.get("result") else None
+        outcomes.append(TaskOutcome(row["task"], Path(row["candidate"]) if row.get("candidate") else None,
+                                    row["status"], result, row.get("message"), float(row.get("seconds") or 0.0)))
+    return data, outcomes
+
+
+def merge_reports(suite: Suite | str | os.PathLike, parts: list[str | os.PathLike], *,
+                  out: str | os.PathLike | None = None, plot: bool = True) -> BenchReport:
+    """One report from several runs of the same suite (a long suite split over time-limited jobs,
+    or a task re-run). A task graded in several parts keeps its outcome from the *last* part.
+
+    Raises:
+        ValueError: a part with no results, parts for other suites or devices.
+    """
+    if not isinstance(suite, Suite):
+        suite = load_suite(suite)
+    if not parts:
+        raise ValueError("nothing to merge: no part directories given")
+    by_task: dict[str, TaskOutcome] = {}
+    meta: dict[str, Any] = {}
+    origins: list[dict[str, Any]] = []
+    for part in parts:
+        data, outcomes = read_outcomes(part)
+        origins.append({"part": str(part), "tasks": [o.task for o in outcomes],
+                        **{k: data.get(k) for k in ("versions", "gpu", "cpu")}})
+        for key in ("suite", "device"):
+            if data.get(key) is not None and meta.get(key) is not None and data[key] != meta[key]:
+                raise ValueError(f"{part}: {key} {data[key]!r} differs from an earlier part's {meta[key]!r}")
+        meta.update({k: v for k, v in data.items() if v is not None})
+        if data.get("suite") not in (None, suite.id):
+            raise ValueError(f"{part} is a run of {data['suite']}, not {suite.id}")
+        by_task.update({o.task: o for o in outcomes})
+    device = meta.get("device") or "cuda"
+    config = suite.eval_config(device=device, task_size=meta.get("task_size"))
+    report = BenchReport(suite=suite, device=device, config=config,
+                         solutions_dir=Path(meta.get("solutions") or parts[-1]), seed=meta.get("seed"))
+    report.outcomes = [by_task[t.id] for t in suite.tasks if t.id in by_task]
+    report.summary = summarize(report.outcomes)
+    report.wall_seconds = sum(o.seconds for o in report.outcomes)
+    report.merged_from = origins
+    if out is not None:
+        write_report(report, out, plot=plot)
+    return report
+
+
 def _grade(executor: Any, jobs: list[tuple[SuiteTask, Task, Path, str]], seed: int | None, workers: int):
     """Yield ``(suite_task, candidate_path, result | None, exception | None, seconds)`` in completion
     order. Each job goes through ``executor.evaluate`` on its own thread, timed here, so that a job
@@ -385,6 +447,9 @@ def format_markdown(report: BenchReport) -> str:
              f"Solutions `{report.solutions_dir}`; size {cfg.resolved_task_size()}; seed {report.seed}; "
              f"{cfg.trials_per_distribution} trial(s) x {len(cfg.distributions)} distribution(s); "
              f"timing {cfg.warmup} warm-up + {cfg.timing_trials} calls, reference {cfg.reference_backend}.", "",
+             *([f"Merged from {len(report.merged_from)} runs (`drkernel bench --merge`): "
+                + "; ".join(f"`{Path(m['part']).name}` ({len(m['tasks'])} tasks)" for m in report.merged_from)
+                + ". A task graded in several keeps the last run's outcome.", ""] if report.merged_from else []),
              "| metric | value |", "| --- | --- |"]
     lines += [f"| {k} | {v} |" for k, v in summary_rows(report.summary)]
     lines += ["", "| task | pass | speedup | coverage | kernel_ms | reference_ms | error stage |",
@@ -431,7 +496,12 @@ def environment_info(device: str) -> dict[str, Any]:
 
 
 def results_dict(report: BenchReport) -> dict[str, Any]:
-    info = environment_info(report.device)
+    if report.merged_from:  # where the parts ran, not where they were merged
+        last = report.merged_from[-1]
+        info = {"python": None, "torch": None, "triton": None, "drkernel": None, "gpu": last.get("gpu"),
+                "cpu": last.get("cpu"), **(last.get("versions") or {})}
+    else:
+        info = environment_info(report.device)
     return _jsonable({
         "suite": report.suite.id, "suite_path": report.suite.root, "device": report.device,
         "task_size": report.config.resolved_task_size(), "seed": report.seed, "solutions": report.solutions_dir,
@@ -442,6 +512,7 @@ def results_dict(report: BenchReport) -> dict[str, Any]:
         "task_errors": [{"task": o.task, "message": o.message} for o in report.by_status(TASK_ERROR)],
         "unmatched_candidates": report.unmatched_candidates,
         "tasks": [o.to_dict() for o in report.outcomes],
+        **({"merged_from": report.merged_from} if report.merged_from else {}),
     })
 
 
@@ -504,5 +575,5 @@ def write_report(report: BenchReport, out: str | os.PathLike, *, plot: bool = Tr
     return out
 
 
-__all__ = ["run_bench", "BenchReport", "TaskOutcome", "summarize", "format_summary", "format_markdown",
+__all__ = ["run_bench", "merge_reports", "read_outcomes", "BenchReport", "TaskOutcome", "summarize", "format_summary", "format_markdown",
            "write_report", "plot_speedups", "results_dict", "progress_line", "default_device"]

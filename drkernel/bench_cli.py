@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strict", action="store_true", help="exit 1 unless every task passes (for CI)")
     p.add_argument("--no-plot", action="store_true", help="do not write speedups.png")
     p.add_argument("--quiet", action="store_true", help="no per-task progress lines")
+    p.add_argument("--merge", nargs="+", default=None, metavar="DIR",
+                   help="grade nothing: merge the --out directories of earlier (split or cut-short) runs "
+                        "into one report; a task in several keeps the last one's outcome")
     p.set_defaults(func=cmd_bench)
 
     data = sub.add_parser("data", help="build training data from a suite, import KernelBench")
@@ -70,6 +73,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
         suite = load_suite(args.suite)
     except SuiteError as exc:
         raise UsageError(_first_line(exc)) from None
+    if args.merge:
+        from drkernel.bench import merge_reports
+
+        if not args.out:
+            raise UsageError("--merge needs --out")
+        out = Path(args.out)
+        try:
+            report = merge_reports(suite, args.merge, out=out, plot=not args.no_plot)
+        except (ValueError, OSError, KeyError, MissingDependency) as exc:
+            raise UsageError(_first_line(exc)) from None
+        print(format_summary(report))
+        print(f"wrote {out / 'results.json'}, {out / 'summary.md'}")
+        return report.exit_code(strict=args.strict)
     device = args.device or default_device()
     out = Path(args.out) if args.out else Path("bench_out") / f"{suite.id}-{device}"
     try:

@@ -146,6 +146,39 @@ def test_interrupted_run_keeps_what_it_graded(tmp_path):
     assert (tmp_path / "results.json").is_file() and not (tmp_path / "results.partial.jsonl").exists()
 
 
+def test_merge_split_runs(tmp_path, capsys):
+    """A suite graded in parts (one cut short) merges into one report; the last part wins a task."""
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    run_bench(MINI, device="cpu", out=a, executor=FakeExecutor(), progress=None, plot=False, tasks="01*,02*")
+    (a / "results.json").rename(a / "elsewhere.json")  # part a looks cut short: only its partial file
+    lines = [{"task": "01_relu", "candidate": None, "status": "pass", "seconds": 1.0, "message": None,
+              "result": EvalResult(compiled=True, correct=True, speedup=1.5, coverage=1.0).to_dict()},
+             {"task": "02_add", "candidate": None, "status": "environment_failure", "seconds": 0.5,
+              "message": "EnvironmentFailure: gone", "result": None}]
+    (a / "results.partial.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    run_bench(MINI, device="cpu", out=b, executor=FakeExecutor(), progress=None, plot=False, tasks="03*")
+    (c / "results.partial.jsonl").parent.mkdir()
+    (c / "results.partial.jsonl").write_text(json.dumps(
+        {"task": "02_add", "candidate": None, "status": "pass", "seconds": 2.0, "message": None,
+         "result": EvalResult(compiled=True, correct=True, speedup=2.0, coverage=1.0).to_dict()}) + "\n")
+    out = tmp_path / "merged"
+    code = main(["bench", "--suite", str(MINI), "--merge", str(a), str(b), str(c), "--out", str(out), "--no-plot"])
+    data = json.loads((out / "results.json").read_text())
+    assert code == 0
+    assert [(t["task"], t["status"]) for t in data["tasks"]] == [("01_relu", "pass"), ("02_add", "pass"),
+                                                               ("03_rowsum", "fail")]
+    s = data["summary"]
+    assert (s["graded"], s["passed"], s["environment_failures"]) == (3, 2, 0)
+    assert s["geomean_speedup"] == pytest.approx(math.sqrt(1.5 * 2.0))
+    assert [m["tasks"] for m in data["merged_from"]] == [["01_relu", "02_add"], ["03_rowsum"], ["02_add"]]
+    assert "Fast@1" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="neither results.json"):
+        from drkernel.bench import merge_reports
+
+        merge_reports(MINI, [tmp_path / "nothing-here"])
+    assert main(["bench", "--suite", str(MINI), "--merge", str(a)]) == 2  # --merge needs --out
+
+
 def test_cli_exit_codes(tmp_path, monkeypatch, capsys):
     assert main(["bench", "--suite", str(tmp_path / "missing")]) == 2
     assert "suite directory not found" in capsys.readouterr().err
