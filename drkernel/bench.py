@@ -575,5 +575,6 @@ def write_report(report: BenchReport, out: str | os.PathLike, *, plot: bool = Tr
     return out
 
 
-__all__ = ["run_bench", "merge_reports", "read_outcomes", "BenchReport", "TaskOutcome", "summarize", "format_summary", "format_markdown",
-           "write_report", "plot_speedups", "results_dict", "progress_line", "default_device"]
+__all__ = ["run_bench", "merge_reports", "read_outcomes", "BenchReport", "TaskOutcome", "summarize",
+           "format_summary", "format_markdown", "write_report", "plot_speedups", "results_dict", "progress_line",
+           "default_device"]
