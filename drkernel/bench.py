@@ -73,6 +73,13 @@ class TaskOutcome:
                 "status": self.status, "seconds": round(self.seconds, 3), "message": self.message,
                 "result": self.result.to_dict() if self.result else None}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TaskOutcome":
+        """Inverse of :meth:`to_dict` (a results.json task entry or a results.partial.jsonl line)."""
+        return cls(data["task"], Path(data["candidate"]) if data.get("candidate") else None, data["status"],
+                   EvalResult.from_dict(data["result"]) if data.get("result") else None, data.get("message"),
+                   float(data.get("seconds") or 0.0))
+
 
 @dataclass
 class BenchReport:
@@ -253,12 +260,7 @@ def read_outcomes(part: str | os.PathLike) -> tuple[dict[str, Any], list[TaskOut
         rows = [json.loads(line) for line in partial.read_text(encoding="utf-8").splitlines() if line.strip()]
     else:
         raise ValueError(f"{part} holds neither results.json nor {PARTIAL_NAME}")
-    outcomes = []
-    for row in rows:
-        result = EvalResult.from_dict(row["result"]) if row.get("result") else None
-        outcomes.append(TaskOutcome(row["task"], Path(row["candidate"]) if row.get("candidate") else None,
-                                    row["status"], result, row.get("message"), float(row.get("seconds") or 0.0)))
-    return data, outcomes
+    return data, [TaskOutcome.from_dict(row) for row in rows]
 
 
 def merge_reports(suite: Suite | str | os.PathLike, parts: list[str | os.PathLike], *,
@@ -280,12 +282,11 @@ def merge_reports(suite: Suite | str | os.PathLike, parts: list[str | os.PathLik
         data, outcomes = read_outcomes(part)
         origins.append({"part": str(part), "tasks": [o.task for o in outcomes],
                         **{k: data.get(k) for k in ("versions", "gpu", "cpu")}})
-        for key in ("suite", "device"):
-            if data.get(key) is not None and meta.get(key) is not None and data[key] != meta[key]:
-                raise ValueError(f"{part}: {key} {data[key]!r} differs from an earlier part's {meta[key]!r}")
-        meta.update({k: v for k, v in data.items() if v is not None})
         if data.get("suite") not in (None, suite.id):
             raise ValueError(f"{part} is a run of {data['suite']}, not {suite.id}")
+        if None not in (data.get("device"), meta.get("device")) and data["device"] != meta["device"]:
+            raise ValueError(f"{part}: device {data['device']!r} differs from an earlier part's {meta['device']!r}")
+        meta.update({k: v for k, v in data.items() if v is not None})
         by_task.update({o.task: o for o in outcomes})
     device = meta.get("device") or "cuda"
     config = suite.eval_config(device=device, task_size=meta.get("task_size"))

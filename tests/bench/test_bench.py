@@ -177,6 +177,14 @@ def test_merge_split_runs(tmp_path, capsys):
 
         merge_reports(MINI, [tmp_path / "nothing-here"])
     assert main(["bench", "--suite", str(MINI), "--merge", str(a)]) == 2  # --merge needs --out
+    for key, value, match in (("suite", "other-v0", "is a run of other-v0"), ("device", "cuda", "device 'cuda'")):
+        odd = tmp_path / f"odd_{key}"
+        odd.mkdir()
+        data = json.loads((b / "results.json").read_text())
+        data[key] = value
+        (odd / "results.json").write_text(json.dumps(data))
+        with pytest.raises(ValueError, match=match):
+            merge_reports(MINI, [b, odd])
 
 
 def test_cli_exit_codes(tmp_path, monkeypatch, capsys):

@@ -21,10 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "gpu"))
 sys.path.insert(0, str(ROOT))
 
-from solution_speed import _load_solution  # noqa: E402
+from solution_speed import build_pair  # noqa: E402
 
 from drkernel.env.suite import load_suite  # noqa: E402
-from drkernel.env.task import split_init_inputs  # noqa: E402
 from drkernel.env.timing import persisting_l2_resetter  # noqa: E402
 
 LIMIT = 0x06
@@ -56,12 +55,7 @@ def main() -> int:
     for suite_dir, task_id in (("envs/fused_ops", "14_attention"), ("envs/fused_ops", "16_causal_attention"),
                                ("envs/fused_ops", "01_linear_relu"), ("envs/single_ops", "01_relu")):
         suite = load_suite(ROOT / suite_dir)
-        st = suite.task(task_id)
-        loaded = st.task().load("full")
-        args, kwargs = split_init_inputs(loaded.init_inputs(1))
-        torch.manual_seed(2)
-        model = getattr(_load_solution(suite.solutions_dir / st.filename), "ModelNew")(*args, **kwargs).cuda()
-        x = [a.cuda() if isinstance(a, torch.Tensor) else a for a in loaded.draw_inputs(3, "native")]
+        _, _, model, x = build_pair(suite.task(task_id), suite.entry_point, suite.solutions_dir)
         line = [f"{task_id:22s}"]
         with torch.no_grad():
             model(*x)

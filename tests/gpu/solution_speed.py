@@ -35,21 +35,30 @@ def _load_solution(path: Path):
     return module
 
 
-def probe(st, entry_point: str, solutions: Path, trials: int) -> dict:
+def build_pair(st, entry_point: str, solutions: Path):
+    """(loaded task, reference model, solution model, inputs) on CUDA at full size; both models are
+    built under the same seed, as the grader does."""
     import torch
 
-    from drkernel.env.compare import compare_outputs
     from drkernel.env.task import split_init_inputs
 
     loaded = st.task(entry_point).load("full")
-    init = loaded.init_inputs(1)
-    args, kwargs = split_init_inputs(init)
+    args, kwargs = split_init_inputs(loaded.init_inputs(1))
     torch.manual_seed(2)
     ref = loaded.model_cls(*args, **kwargs).cuda().eval()
     sol = _load_solution(solutions / st.filename)
     torch.manual_seed(2)
     cand = getattr(sol, f"{entry_point}New")(*args, **kwargs).cuda().eval()
     x = [a.cuda() if isinstance(a, torch.Tensor) else a for a in loaded.draw_inputs(3, "native")]
+    return loaded, ref, cand, x
+
+
+def probe(st, entry_point: str, solutions: Path, trials: int) -> dict:
+    import torch
+
+    from drkernel.env.compare import compare_outputs
+
+    loaded, ref, cand, x = build_pair(st, entry_point, solutions)
     with torch.no_grad():
         want = ref(*x)
         got = cand(*x)
