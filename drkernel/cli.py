@@ -48,7 +48,7 @@ def _default_device() -> str:
 
 def cmd_eval_kernel(args: argparse.Namespace) -> int:
     from drkernel.env.config import EvalConfig, cpu_fast
-    from drkernel.env.evaluate import evaluate
+    from drkernel.env.evaluation import evaluate
     from drkernel.env.task import Task, TaskError
 
     task_path, cand_path = Path(args.task), Path(args.candidate)

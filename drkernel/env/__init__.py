@@ -1,0 +1,45 @@
+"""The kernel environment: tasks, sandboxed evaluation, and graders.
+
+Public names (imported lazily, so ``import drkernel.env`` stays cheap)::
+
+    from drkernel.env import LocalGrader, EvalConfig, Task, evaluate
+    with LocalGrader(EvalConfig(device="cpu")) as grader:
+        result = grader.grade(Task.from_file("ref.py"), candidate_source, seed=0)
+
+``evaluate(task, source, *, seed, config)`` grades one candidate in the calling thread.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "evaluate": "drkernel.env.evaluation",
+    "EvalConfig": "drkernel.env.config",
+    "EvalResult": "drkernel.env.result",
+    "EvalError": "drkernel.env.result",
+    "EnvironmentFailure": "drkernel.env.result",
+    "Task": "drkernel.env.task",
+    "TaskError": "drkernel.env.task",
+    "Grader": "drkernel.env.grader",
+    "GraderBase": "drkernel.env.grader",
+    "LocalGrader": "drkernel.env.grader",
+    "Suite": "drkernel.env.suite",
+    "load_suite": "drkernel.env.suite",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'drkernel.env' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

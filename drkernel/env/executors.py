@@ -17,7 +17,7 @@ from queue import Queue
 from typing import Any, Callable, Iterable, Iterator
 
 from drkernel.env.config import EvalConfig
-from drkernel.env.evaluate import evaluate
+from drkernel.env.evaluation import evaluate
 from drkernel.env.result import EvalResult
 from drkernel.env.task import Task
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from drkernel.env.config import EvalConfig, cpu_fast
-from drkernel.env.evaluate import evaluate
+from drkernel.env.evaluation import evaluate
 
 FIX = Path(__file__).parent / "fixtures"
 MANIFEST = yaml.safe_load((FIX / "manifest.yaml").read_text())

@@ -4,7 +4,7 @@ import pytest
 
 from drkernel.env.conformance import PROBE_TASK, _KERNEL
 from drkernel.env.config import EvalConfig
-from drkernel.env.evaluate import evaluate
+from drkernel.env.evaluation import evaluate
 
 FAST = EvalConfig(device="cpu", measure_performance=False, profile=False, trials_per_distribution=1,
                   distributions=("native",), determinism_check=False)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from drkernel.env.evaluate import evaluate
+from drkernel.env.evaluation import evaluate
 from drkernel.env.suite import load_suite
 
 ENVS = Path(__file__).resolve().parents[2] / "envs"

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from drkernel.env.config import EvalConfig
-from drkernel.env.evaluate import evaluate
+from drkernel.env.evaluation import evaluate
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

@@ -8,7 +8,7 @@ import json
 import statistics
 
 from drkernel.env.config import EvalConfig
-from drkernel.env.evaluate import evaluate
+from drkernel.env.evaluation import evaluate
 
 
 def main() -> None:
