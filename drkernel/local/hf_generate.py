@@ -20,15 +20,18 @@
   token is part of ``token_ids`` (``finish_reason="stop"``). Running out of ``max_new_tokens``
   (or of the model's context) gives ``finish_reason="length"``.
 
-Concurrent calls (episodes of one group run as asyncio tasks) are served one at a time on a worker
-thread, so the event loop keeps grading while the model generates.
+Concurrent calls (the episodes of a step run as asyncio tasks) are sampled together as one
+left-padded batch on a worker thread, so the event loop keeps grading while the model generates;
+sampling draws from this backend's own ``torch.Generator`` (seeded; no global RNG).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -38,7 +41,18 @@ from drkernel.agent.types import Generation, Message
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
 """Chat end-of-turn tokens that stop generation when the vocabulary has them."""
 
-_SAMPLING_KEYS = {"temperature", "top_p", "top_k", "max_new_tokens", "max_tokens", "stop_token_ids", "seed"}
+_SAMPLING_KEYS = {"temperature", "top_p", "top_k", "max_new_tokens", "max_tokens", "stop_token_ids"}
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    opts: dict[str, Any]
+    future: "asyncio.Future[Generation]"
+
+    @property
+    def key(self) -> str:
+        return repr(sorted((k, tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in self.opts.items()))
 
 
 class HFGenerate:
@@ -51,13 +65,14 @@ class HFGenerate:
         device: where the model runs (``cpu``, ``cuda``, ``cuda:1``); a loaded model is moved there.
         seed: seed of this backend's sampling generator.
         cache_size: how many of its own replies it remembers (for token-in/token-out splicing).
+        max_batch: most requests sampled together.
         **sampling_defaults: ``temperature`` (1.0), ``top_p`` (1.0), ``top_k`` (0 = off),
             ``max_new_tokens`` (512; ``max_tokens`` is an alias), ``stop_token_ids`` (extra stops).
             Per-call keyword arguments override them.
     """
 
     def __init__(self, model_or_path: Any, tokenizer: Any = None, *, device: str = "cpu", seed: int = 0,
-                 cache_size: int = 4096, **sampling_defaults: Any):
+                 cache_size: int = 4096, max_batch: int = 64, **sampling_defaults: Any):
         if isinstance(model_or_path, str):
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -81,28 +96,71 @@ class HFGenerate:
         self._replies: OrderedDict[str, list[int]] = OrderedDict()  # reply text -> sampled ids
         self._cache_size = cache_size
         self._lock = threading.Lock()
+        self.max_batch = max_batch
+        self._pending: list[_Request] = []
+        self._runner: asyncio.Task | None = None
+        self._runner_loop: asyncio.AbstractEventLoop | None = None
+        self.busy_seconds = 0.0
+        """Wall time spent sampling (for throughput metrics)."""
+        self.generated_tokens = 0
+        """Tokens sampled so far."""
 
     # ------------------------------------------------------------------ Generate protocol
 
     async def __call__(self, messages: list[Message], **sampling: Any) -> Generation:
-        return await asyncio.to_thread(self.generate, messages, **sampling)
-
-    def generate(self, messages: list[Message], **sampling: Any) -> Generation:
-        """Blocking form of ``await gen(messages, **sampling)``."""
+        """Queue the request; calls that arrive together are sampled as one batch (left-padded,
+        one forward per new token for all of them) on a worker thread."""
         self._check_sampling(sampling)
         opts = {**self.sampling, **self._normalise(sampling)}
-        prompt_ids = self.prompt_ids(messages)
+        loop = asyncio.get_running_loop()
+        request = _Request(self.prompt_ids(messages), opts, loop.create_future())
+        self._pending.append(request)
+        if self._runner is None or self._runner.done() or self._runner_loop is not loop:
+            self._runner_loop = loop
+            self._runner = loop.create_task(self._serve())
+        return await request.future
+
+    async def _serve(self) -> None:
+        while self._pending:
+            for _ in range(4):  # let the other episodes of this tick reach their generate call
+                await asyncio.sleep(0)
+            key = self._pending[0].key
+            batch = [r for r in self._pending if r.key == key][:self.max_batch]
+            taken = {id(r) for r in batch}
+            self._pending = [r for r in self._pending if id(r) not in taken]
+            try:
+                outs = await asyncio.to_thread(self._run_batch, [r.prompt_ids for r in batch], batch[0].opts)
+            except BaseException as exc:  # noqa: BLE001 - every waiting episode sees the failure
+                for r in batch:
+                    if not r.future.done():
+                        r.future.set_exception(exc)
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            for r, out in zip(batch, outs):
+                if not r.future.done():
+                    r.future.set_result(out)
+
+    def generate(self, messages: list[Message], **sampling: Any) -> Generation:
+        """Blocking form of ``await gen(messages, **sampling)`` (one request, no batching)."""
+        self._check_sampling(sampling)
+        opts = {**self.sampling, **self._normalise(sampling)}
+        return self._run_batch([self.prompt_ids(messages)], opts)[0]
+
+    def _run_batch(self, prompts: list[list[int]], opts: dict[str, Any]) -> list[Generation]:
+        t0 = time.perf_counter()
         with self._lock:
-            if opts.get("seed") is not None:
-                gen = torch.Generator(device="cpu").manual_seed(int(opts["seed"]))
-            else:
-                gen = self.generator
-            ids, logprobs, finish = self._sample(prompt_ids, opts, gen)
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        self._remember(text, ids)
-        return Generation(text=text, token_ids=ids, logprobs=logprobs, prompt_token_ids=prompt_ids,
-                          finish_reason=finish,
-                          usage={"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids)})
+            sampled = self._sample(prompts, opts, self.generator)
+        outs = []
+        for prompt_ids, (ids, logprobs, finish) in zip(prompts, sampled):
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            self._remember(text, ids)
+            outs.append(Generation(text=text, token_ids=ids, logprobs=logprobs, prompt_token_ids=prompt_ids,
+                                   finish_reason=finish,
+                                   usage={"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids)}))
+            self.generated_tokens += len(ids)
+        self.busy_seconds += time.perf_counter() - t0
+        return outs
 
     # ------------------------------------------------------------------ prompt
 
@@ -149,40 +207,63 @@ class HFGenerate:
     # ------------------------------------------------------------------ sampling
 
     @torch.no_grad()
-    def _sample(self, prompt_ids: list[int], opts: dict[str, Any],
-                gen: torch.Generator) -> tuple[list[int], list[float], str]:
+    def _sample(self, prompts: list[list[int]], opts: dict[str, Any],
+                gen: torch.Generator) -> list[tuple[list[int], list[float], str]]:
+        """Sample continuations of left-padded ``prompts`` together; per prompt ``(ids, log-probs,
+        finish_reason)``."""
         temperature = float(opts["temperature"])
-        max_new = int(opts["max_new_tokens"])
-        stops = set(self.stop_ids) | {int(t) for t in opts["stop_token_ids"]}
+        stops = torch.tensor(sorted(set(self.stop_ids) | {int(t) for t in opts["stop_token_ids"]}),
+                             dtype=torch.long, device=self.device)
         limit = getattr(self.model.config, "max_position_embeddings", None)
-        if limit is not None:
-            max_new = min(max_new, int(limit) - len(prompt_ids))
-        if max_new <= 0:
-            return [], [], "length"
+        b = len(prompts)
+        width = max(len(p) for p in prompts)
+        budget = [int(opts["max_new_tokens"]) if limit is None else min(int(opts["max_new_tokens"]), int(limit) - len(p))
+                  for p in prompts]
+        results: list[tuple[list[int], list[float], str]] = [([], [], "length") for _ in prompts]
+        steps = max(budget)
+        if steps <= 0:
+            return results
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        ids = torch.full((b, width), pad, dtype=torch.long)
+        attn = torch.zeros((b, width), dtype=torch.long)
+        for i, p in enumerate(prompts):  # left padding: every row's next token sits at the end
+            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            attn[i, width - len(p):] = 1
+        ids, attn = ids.to(self.device), attn.to(self.device)
+        positions = (attn.cumsum(-1) - 1).clamp(min=0)
+        done = torch.tensor([n <= 0 for n in budget], device=self.device)
         was_training = self.model.training
         self.model.eval()
         try:
-            inp = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
             past = None
-            ids: list[int] = []
-            logprobs: list[float] = []
-            for _ in range(max_new):
-                out = self.model(input_ids=inp, past_key_values=past, use_cache=True)
+            inp, pos = ids, positions
+            for step in range(steps):
+                out = self.model(input_ids=inp, attention_mask=attn, position_ids=pos, past_key_values=past,
+                                 use_cache=True)
                 past = out.past_key_values
-                logits = out.logits[0, -1].float()
-                scaled = logits / temperature if temperature > 0 else logits
-                logp = torch.log_softmax(scaled, dim=-1)
+                logits = out.logits[:, -1].float()
+                logp = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
                 if temperature > 0:
                     probs = _truncate(logp.exp(), int(opts["top_k"]), float(opts["top_p"]))
-                    tok = int(torch.multinomial(probs.cpu(), 1, generator=gen))
+                    tok = torch.multinomial(probs.cpu(), 1, generator=gen).squeeze(1).to(self.device)
                 else:
-                    tok = int(torch.argmax(logits))
-                ids.append(tok)
-                logprobs.append(float(logp[tok]))
-                if tok in stops:
-                    return ids, logprobs, "stop"
-                inp = torch.tensor([[tok]], dtype=torch.long, device=self.device)
-            return ids, logprobs, "length"
+                    tok = logits.argmax(-1)
+                tok_lp = logp.gather(1, tok[:, None]).squeeze(1)
+                for i in torch.nonzero(~done).flatten().tolist():
+                    t = int(tok[i])
+                    results[i][0].append(t)
+                    results[i][1].append(float(tok_lp[i]))
+                    if bool((stops == t).any()):
+                        results[i] = (results[i][0], results[i][1], "stop")
+                        done[i] = True
+                    elif len(results[i][0]) >= budget[i]:
+                        done[i] = True
+                if bool(done.all()):
+                    break
+                inp = tok[:, None]
+                pos = pos[:, -1:] + 1
+                attn = torch.cat([attn, torch.ones((b, 1), dtype=attn.dtype, device=attn.device)], dim=1)
+            return results
         finally:
             self.model.train(was_training)
 
