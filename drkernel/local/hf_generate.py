@@ -17,7 +17,8 @@
   Greedy decoding reports them at temperature 1.
 * **Stop.** The tokenizer's EOS id, the chat template's end-of-turn token when the vocabulary has
   one (``<|im_end|>``, ``<|eot_id|>``, ``<end_of_turn>``) and any ``stop_token_ids``; the stop
-  token is part of ``token_ids`` (``finish_reason="stop"``). Running out of ``max_new_tokens``
+  token is part of ``token_ids`` (``finish_reason="stop"``) but not of ``text``, which decodes
+  every other sampled token (special tokens included, so it maps back to the same ids). Running out of ``max_new_tokens``
   (or of the model's context) gives ``finish_reason="length"``.
 
 Concurrent calls (the episodes of a step run as asyncio tasks) are sampled together as one
@@ -93,6 +94,7 @@ class HFGenerate:
         self.sampling.update(self._normalise(sampling_defaults))
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
         self.stop_ids = self._default_stops(tokenizer)
+        self._stop_texts = sorted({tokenizer.convert_ids_to_tokens(i) for i in self.stop_ids}, key=len, reverse=True)
         self._replies: OrderedDict[str, list[int]] = OrderedDict()  # reply text -> sampled ids
         self._cache_size = cache_size
         self._lock = threading.Lock()
@@ -153,7 +155,10 @@ class HFGenerate:
             sampled = self._sample(prompts, opts, self.generator)
         outs = []
         for prompt_ids, (ids, logprobs, finish) in zip(prompts, sampled):
-            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            # the text holds every sampled token but a final stop token (special tokens included,
+            # so that the text maps back to these ids)
+            body = ids[:-1] if finish == "stop" else ids
+            text = self.tokenizer.decode(body, skip_special_tokens=False)
             self._remember(text, ids)
             outs.append(Generation(text=text, token_ids=ids, logprobs=logprobs, prompt_token_ids=prompt_ids,
                                    finish_reason=finish,
@@ -177,19 +182,14 @@ class HFGenerate:
             at = text.find(m["content"], pos)
             if at < 0:  # the template rewrote the reply (e.g. stripped thinking): plain tokenisation
                 continue
-            ids += self._encode(text[pos:at])
-            body = sampled
-            stop_text_len = 0
-            # the sampled ids end with the stop token the template writes after the content
-            # (``<|im_end|>``): keep it in the splice and skip its text in the template.
-            if body and body[-1] in self.stop_ids:
-                stop_text = self.tokenizer.decode([body[-1]], skip_special_tokens=False)
-                if text.startswith(stop_text, at + len(m["content"])):
-                    stop_text_len = len(stop_text)
-                else:
-                    body = body[:-1]
-            ids += body
-            pos = at + len(m["content"]) + stop_text_len
+            ids += self._encode(text[pos:at]) + list(sampled)  # the sampled ids, verbatim
+            pos = at + len(m["content"])
+            if sampled[-1] in self.stop_ids:
+                # the sampled stop token stands for the end-of-turn text the template writes
+                for stop_text in self._stop_texts:
+                    if text.startswith(stop_text, pos):
+                        pos += len(stop_text)
+                        break
         ids += self._encode(text[pos:])
         return ids
 

@@ -59,6 +59,8 @@ class TrainConfig:
     """Layers of the tiny model."""
     tokenizer_vocab: int = 2000
     """Vocabulary of the locally trained BPE tokenizer (tiny model, suite env)."""
+    threads: int = 0
+    """torch CPU threads (0 = torch's default); 1 is fastest for a tiny model on a shared machine."""
     seed: int = 0
     """Seed of prompt sampling, generation, grading inputs, PRS and group selection."""
     prompts_per_step: int = 2
@@ -252,6 +254,8 @@ class Trainer:
         self.config = cfg = config
         self.out = Path(cfg.out)
         self.out.mkdir(parents=True, exist_ok=True)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
         self.device = torch.device(cfg.device)
         self.rng = random.Random(cfg.seed)
         self.torch_gen = torch.Generator().manual_seed(cfg.seed)
