@@ -149,6 +149,35 @@ class HFGenerate:
         opts = {**self.sampling, **self._normalise(sampling)}
         return self._run_batch([self.prompt_ids(messages)], opts)[0]
 
+    @torch.no_grad()
+    def score(self, messages: list[Message], reply: str, *, temperature: float | None = None) -> Generation:
+        """A :class:`Generation` for a *given* reply, as if this model had sampled it: its token ids
+        (the tokenised text and the end-of-turn stop token) with their log-probs under the model.
+        For off-policy or scripted turns (tests, demonstrations) that still go through training."""
+        prompt_ids = self.prompt_ids(messages)
+        stop = self.stop_ids[0] if self.stop_ids else None
+        for token in END_OF_TURN_TOKENS:  # prefer the chat template's end-of-turn token
+            tid = self.tokenizer.get_vocab().get(token)
+            if tid is not None:
+                stop = tid
+                break
+        ids = self._encode(reply) + ([stop] if stop is not None else [])
+        temp = float(self.sampling["temperature"] if temperature is None else temperature) or 1.0
+        with self._lock:
+            was_training = self.model.training
+            self.model.eval()
+            try:
+                full = torch.tensor([prompt_ids + ids], dtype=torch.long, device=self.device)
+                logits = self.model(input_ids=full).logits[0, len(prompt_ids) - 1:-1].float() / temp
+                logp = torch.log_softmax(logits, -1).gather(1, full[0, len(prompt_ids):, None]).squeeze(1)
+            finally:
+                self.model.train(was_training)
+        text = self.tokenizer.decode(ids[:-1] if stop is not None else ids, skip_special_tokens=False)
+        self._remember(text, ids)
+        return Generation(text=text, token_ids=ids, logprobs=[float(x) for x in logp.cpu()],
+                          prompt_token_ids=prompt_ids, finish_reason="stop" if stop is not None else "length",
+                          usage={"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids)})
+
     def _run_batch(self, prompts: list[list[int]], opts: dict[str, Any]) -> list[Generation]:
         t0 = time.perf_counter()
         with self._lock:
