@@ -89,7 +89,8 @@ def test_suite_run_with_the_real_cpu_grader(tmp_path):
     solution = (suite / "solutions" / "01_relu.py").read_text()
 
     class Scripted:
-        """Samples from the model, except the first turn of every fourth call answers with the solution."""
+        """Samples from the model, except that every fourth episode answers with the solution in
+        every turn (the recipe's group filter looks at last-turn rewards)."""
 
         def __init__(self, model, tok):
             self.inner = HFGenerate(model, tok, seed=0)
@@ -101,7 +102,8 @@ def test_suite_run_with_the_real_cpu_grader(tmp_path):
 
         async def __call__(self, messages, **sampling):
             self.calls += 1
-            if len(messages) == 1 and self.calls % 4 == 1:
+            answered = any(m["role"] == "assistant" and "class ModelNew" in m["content"] for m in messages)
+            if answered or (len(messages) == 1 and self.calls % 4 == 1):
                 return self.inner.score(messages, "Here it is.\n```python\n" + solution + "```")
             return await self.inner(messages, **sampling)
 
@@ -116,6 +118,6 @@ def test_suite_run_with_the_real_cpu_grader(tmp_path):
     assert first["perf/evaluations"] >= 1  # the solution was graded for real
     assert first["turn1/correct"] > 0
     assert first["reward/max"] > 0 and first["reward/min"] == 0
-    assert first.get("actor/optimizer_steps", 0) >= 1
+    assert first.get("actor/optimizer_steps", 0) >= 1, {k: v for k, v in first.items() if k.startswith(("prs", "filter", "mrs/rej"))}
     assert first["perf/time_grade_s"] > 0
     assert (tmp_path / "run" / "checkpoints" / "step_2").exists()
