@@ -124,6 +124,9 @@ class TrainConfig:
     """LoRA rank."""
     lora_alpha: int = 16
     """LoRA alpha."""
+    solution_mix: int = 0
+    """Smoke/timing runs with an untrained model: every k-th episode answers with the suite's
+    bundled solution (drkernel.local.demo.SolutionMix), so grading really runs; 0 = off."""
     save_every: int = 0
     """Checkpoint every k steps (0 = only at the end)."""
     tensorboard: bool = True
@@ -266,6 +269,12 @@ class Trainer:
 
         backend = generate(self.model, self.tokenizer) if generate is not None else HFGenerate(
             self.model, self.tokenizer, device=cfg.device, seed=cfg.seed)
+        if cfg.solution_mix:
+            if cfg.env != "suite":
+                raise ValueError("solution_mix needs env=suite (bundled solutions)")
+            from drkernel.local.demo import SolutionMix
+
+            backend = SolutionMix(backend, cfg.suite, every=cfg.solution_mix)
         self.generate = _Timed(backend)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)

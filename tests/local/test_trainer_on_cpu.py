@@ -79,39 +79,17 @@ def test_estimator_by_name_and_unknown_name(tmp_path):
 
 def test_suite_run_with_the_real_cpu_grader(tmp_path):
     """Two steps on single_ops with a tiny model: one sample per group answers with the bundled
-    solution (scored by the model, so it trains like a sampled reply), the others are sampled; the
-    real CPU grader grades the solution, rewards differ, and the update runs."""
+    solution (SolutionMix: scored by the model, so it trains like a sampled reply), the other is
+    sampled; the real CPU grader grades the solution, rewards differ, and the update runs."""
     pytest.importorskip("drkernel.agent.episode", reason="needs the agent's episode runner")
     pytest.importorskip("triton")
-    from drkernel.local.hf_generate import HFGenerate
 
     suite = REPO / "envs" / "single_ops"
-    solution = (suite / "solutions" / "01_relu.py").read_text()
-
-    class Scripted:
-        """Samples from the model, except that every fourth episode answers with the solution in
-        every turn (the recipe's group filter looks at last-turn rewards)."""
-
-        def __init__(self, model, tok):
-            self.inner = HFGenerate(model, tok, seed=0)
-            self.calls = 0
-
-        @property
-        def busy_seconds(self):
-            return self.inner.busy_seconds
-
-        async def __call__(self, messages, **sampling):
-            self.calls += 1
-            answered = any(m["role"] == "assistant" and "class ModelNew" in m["content"] for m in messages)
-            if answered or (len(messages) == 1 and self.calls % 4 == 1):
-                return self.inner.score(messages, "Here it is.\n```python\n" + solution + "```")
-            return await self.inner(messages, **sampling)
-
     config = TrainConfig(out=str(tmp_path / "run"), env="suite", suite=str(suite), tasks="01_relu", max_steps=2,
-                         prompts_per_step=1, group_size=4, num_turns=2, max_new_tokens=8, lr=1e-3,
+                         prompts_per_step=1, group_size=2, num_turns=2, max_new_tokens=8, lr=1e-3,
                          tiny_hidden=32, tiny_layers=1, tokenizer_vocab=600, threads=1, progress=False,
-                         grader_capacity=2)
-    trainer = Trainer(config, generate=lambda model, tok: Scripted(model, tok))
+                         grader_capacity=2, solution_mix=2)
+    trainer = Trainer(config)
     history = trainer.train()
     assert len(history) == 2
     first = history[0]
