@@ -16,6 +16,8 @@ EXTRAS = {
     "bench": ["matplotlib", "pyarrow"],
     # Large-scale training on verl (FSDP + vLLM) over Ray.
     "train": ["verl>=0.5", "vllm", "ray[default]", "transformers", "omegaconf", "hydra-core", "tensorboard"],
+    # The one-process trainer (drkernel train --local) and HFGenerate: light, no vLLM/Ray/CUDA wheels.
+    "local": ["transformers>=4.45", "tokenizers", "peft", "tensorboard", "tqdm", "pyyaml"],
     # Test tools.
     "dev": ["pytest>=8", "pytest-timeout"],
 }
