@@ -106,7 +106,8 @@ def prs_keep_mask(
         mode: ``turn``, ``geometric`` or ``geometric_correct``.
         speedup_threshold: s*; None or negative = off.
         generator: source of the Bernoulli draws. Required whenever some ``p`` is strictly between
-            0 and 1; when given, exactly N*T uniforms are drawn on every call.
+            0 and 1; when given, exactly N*T uniforms are drawn on every call, on the generator's
+            device (a CPU generator works for data on any device and draws the same keeps).
 
     Returns:
         ``(keep, metrics)``: (N, T) bool, True where the turn is valid and kept (already-invalid
@@ -159,7 +160,9 @@ def prs_keep_mask(
         p = torch.where(fast, torch.ones_like(p), p)  # p = max(p, 1[s >= s*])
 
     if generator is not None:
-        u = torch.rand(shape, generator=generator, dtype=torch.float64, device=cov.device)
+        # Draw on the generator's own device, then move: a CPU generator serves data on any device
+        # (torch.rand refuses a CPU generator with device='cuda'), and the draws do not depend on it.
+        u = torch.rand(shape, generator=generator, dtype=torch.float64, device=generator.device).to(cov.device)
         keep = u < p  # Bernoulli(p): p = 0 never, p = 1 always (u in [0, 1))
     elif bool(((p > 0) & (p < 1) & valid).any()):
         raise ValueError("PRS keep probabilities strictly between 0 and 1 need a torch.Generator")

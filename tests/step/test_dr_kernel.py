@@ -343,3 +343,31 @@ def test_import_stays_light():
     out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "", f"heavy modules imported: {out.stdout.strip()}"
+
+
+def _to(batch, device):
+    for name in ("response_mask", "old_log_probs", "tok_turn_index", "turn_rewards", "rollout_log_probs",
+                 "turn_correct", "turn_coverage"):
+        setattr(batch, name, getattr(batch, name).to(device))
+    return batch
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_tensors_with_a_cpu_generator_match_cpu():
+    # PRS inside its ramp and a surplus-group draw, both from one CPU generator: same keeps on GPU.
+    from drkernel.losses import policy_loss
+
+    cov = torch.full((8, 3), 0.35, dtype=torch.float64)
+    groups = ["p"] * 4 + ["q"] * 4
+    rewards = R14 + [[0.0, 0.5, 1.0], [0.0, 0.0, 0.0], [0.2, 0.0, 0.0], [0.0, 0.0, 2.0]]
+    cfg = DrKernelStepConfig(target_num_groups=1, samples_per_prompt=4)
+    cpu, _ = dr_kernel_step(make_batch(rewards, groups, coverage=cov), cfg, generator=torch.Generator().manual_seed(5))
+    gpu, _ = dr_kernel_step(_to(make_batch(rewards, groups, coverage=cov), "cuda"), cfg,
+                            generator=torch.Generator().manual_seed(5))
+    assert gpu.tok_advantages.is_cuda and gpu.loss_mask.is_cuda
+    assert torch.equal(gpu.loss_mask.cpu(), cpu.loss_mask) and gpu.group_ids == cpu.group_ids
+    assert torch.allclose(gpu.tok_advantages.cpu(), cpu.tok_advantages)
+    lp = gpu.old_log_probs.clone().requires_grad_(True)
+    loss, m = policy_loss(lp, gpu.old_log_probs, gpu.tok_advantages, gpu.loss_mask)
+    loss.backward()
+    assert lp.grad.is_cuda and m["actor/ratio_mean"] == 1.0
