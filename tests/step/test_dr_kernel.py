@@ -165,6 +165,15 @@ def test_truncated_is_weights_when_enabled():
     assert res.is_weights[1, 0].item() == pytest.approx(1.0)
     res, _ = dr_kernel_step(make_batch(), one_group())
     assert res.is_weights is None  # the recipe: no IS
+    # turn level: A's turn-1 tokens carry log rho 0.0004 each -> w = e^0.0008 on turn 1 only;
+    # trajectory level: the same product over all of A's turns, on every turn of A
+    log_rho = torch.zeros(4, L, dtype=torch.float64)
+    log_rho[0, 0:2] = 0.0004
+    for level, turn2 in (("turn", 1.0), ("trajectory", math.exp(0.0008))):
+        res, _ = dr_kernel_step(make_batch(log_rho=log_rho), one_group(mismatch=MismatchConfig(is_level=level)))
+        w = res.is_weights[0]
+        assert w[0].item() == pytest.approx(math.exp(0.0008)) and w[1].item() == pytest.approx(math.exp(0.0008))
+        assert w[3].item() == pytest.approx(turn2) and w[2].item() == 0.0
 
 
 def test_prs_rejects_low_coverage_correct_turns_but_they_stay_in_baselines():
