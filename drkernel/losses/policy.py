@@ -325,6 +325,11 @@ def policy_loss(
     mask = loss_mask.bool()
     if mask.shape != log_probs.shape:
         raise ValueError(f"loss_mask {tuple(mask.shape)} != log_probs {tuple(log_probs.shape)}")
+    # Off-mask tokens get r = 1 and A = 0 before any arithmetic: padding may hold NaN/inf (vLLM
+    # pads with -1, buffers with anything), and NaN * 0 in the backward of a masked select is NaN.
+    zero = torch.zeros((), dtype=advantages.dtype, device=advantages.device)
+    old_log_probs = torch.where(mask, old_log_probs.detach(), log_probs.detach())
+    advantages = torch.where(mask, advantages.detach(), zero)
     token_loss, ratio, clipped, dual = ppo_clip_token_loss(
         log_probs, old_log_probs, advantages, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c
     )

@@ -181,7 +181,8 @@ class StepResult:
     """What the actor update needs. K kept rows; all tensors are on the input's device."""
 
     skipped: bool
-    """True: too few valid groups; make no optimizer step (the rows wait in the new state)."""
+    """True: make no optimizer step. Either too few valid groups (the rows wait in the new
+    state) or no token survived the masks (K = 0)."""
     tok_advantages: torch.Tensor
     """(K, L) per-token advantages, 0 outside ``loss_mask``."""
     loss_mask: torch.Tensor
@@ -501,6 +502,8 @@ def _check_batch(batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Te
         rewards = rewards.to(torch.get_default_dtype())
     rewards = rewards.to(mask.device)
     num_turns = rewards.shape[1]
+    if bool((mask & ~torch.isfinite(batch.old_log_probs.to(mask.device))).any()):
+        raise ValueError("old_log_probs is NaN/inf on a token of response_mask")
     if bool((mask & (ti < 0)).any()):
         raise ValueError("a token in response_mask has tok_turn_index -1: every policy token needs its turn")
     if ti.numel() and (int(ti.min()) < -1 or int(ti.max()) >= num_turns):

@@ -189,3 +189,17 @@ def test_minibatch_denominators():
 
     mask = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 0, 0]])
     assert minibatch_denominators(mask) == {"num_tokens": 3.0, "num_seqs": 2.0}
+
+
+def test_garbage_off_the_mask_never_reaches_loss_or_gradient():
+    # NaN/inf old log-probs and advantages on padding must not poison the loss or the gradient
+    old = torch.tensor([[-1.0, float("nan"), float("-inf")]])
+    adv = torch.tensor([[1.0, float("nan"), float("inf")]])
+    lp = torch.tensor([[-1.0, -2.0, -3.0]], requires_grad=True)
+    mask = torch.tensor([[True, False, False]])
+    for mode in ("token-mean", "seq-mean-token-sum"):
+        out, m = policy_loss(lp, old, adv, mask, agg_mode=mode)
+        (grad,) = torch.autograd.grad(out, lp)
+        assert out.item() == pytest.approx(-1.0)  # -A r on the one valid token
+        assert torch.isfinite(grad).all() and grad[0].tolist() == pytest.approx([-1.0, 0.0, 0.0])
+        assert m["actor/ratio_max"] == 1.0

@@ -334,6 +334,14 @@ def test_input_validation():
     b.tok_turn_index = torch.full((4, L), 3)
     with pytest.raises(ValueError, match=r"\[-1, T\)"):
         dr_kernel_step(b, one_group())
+    b = make_batch()
+    b.old_log_probs = b.old_log_probs.clone()
+    b.old_log_probs[2, 6] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        dr_kernel_step(b, one_group())
+    b.old_log_probs[2, 6] = 0.0
+    b.old_log_probs[2, 5] = float("nan")  # a feedback token: not the policy's, ignored
+    dr_kernel_step(b, one_group())
     with pytest.raises(ValueError, match="length N"):
         dr_kernel_step(make_batch(groups=["p"] * 3), one_group())
     assert DrKernelStepConfig().resolved_min_group_size() == 9  # n // 2 + 1 with n = 16
