@@ -193,7 +193,8 @@ def test_minibatch_denominators():
 
 def test_garbage_off_the_mask_never_reaches_loss_or_gradient():
     # NaN/inf old log-probs and advantages on padding must not poison the loss or the gradient
-    old = torch.tensor([[-1.0, float("nan"), float("-inf")]])
+    # token 2: finite ratio but NaN advantage: without sanitising, grad = 0 * NaN = NaN there
+    old = torch.tensor([[-1.0, -2.0, float("-inf")]])
     adv = torch.tensor([[1.0, float("nan"), float("inf")]])
     lp = torch.tensor([[-1.0, -2.0, -3.0]], requires_grad=True)
     mask = torch.tensor([[True, False, False]])
