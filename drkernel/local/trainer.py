@@ -80,7 +80,7 @@ class TrainConfig:
     grader_capacity: int | None = None
     """Concurrent gradings; None = the grader's default."""
     grade_profile: bool | None = None
-    """Profile coverage during grading (PR/PRS input); None = on for cuda, off for cpu."""
+    """Profile coverage during grading (PR/PRS input); None = on for cuda, off for cpu (then PRS is off)."""
     estimator: str = "trloo"
     """Advantage estimator by registry name (trloo, grpo, rloo, ...)."""
     gamma: float = 1.0
@@ -88,7 +88,7 @@ class TrainConfig:
     mrs: bool = True
     """Mismatch rejection (geometric [0.999, 1.001] + token veto 1e-4)."""
     prs: bool = True
-    """Profiling-based rejection sampling (kernel suites only; the toy has no coverage)."""
+    """Profiling-based rejection sampling; active only for a suite graded with profiling (coverage)."""
     group_filter: bool = True
     """Drop zero-variance groups."""
     target_groups: int | None = None
@@ -346,9 +346,19 @@ class Trainer:
         return DrKernelStepConfig(
             estimator=cfg.estimator, gamma=cfg.gamma,
             mismatch=MismatchConfig() if cfg.mrs else None,
-            prs=PRSConfig() if cfg.prs and cfg.env == "suite" else None,
+            prs=PRSConfig() if self._prs_active() else None,
             group_filter=cfg.group_filter, target_num_groups=cfg.target_groups,
             samples_per_prompt=cfg.group_size, min_group_size=1)
+
+    def _profiling(self) -> bool:
+        cfg = self.config
+        return cfg.device.startswith("cuda") if cfg.grade_profile is None else bool(cfg.grade_profile)
+
+    def _prs_active(self) -> bool:
+        """PRS needs coverage: a kernel suite graded with profiling. Without it every correct turn
+        would count as coverage 0 and be rejected, so PRS is off (and says so in config.json)."""
+        cfg = self.config
+        return cfg.prs and cfg.env == "suite" and self._profiling()
 
     def _save_config(self) -> None:
         resolved = dataclasses.asdict(self.config)
@@ -358,7 +368,13 @@ class Trainer:
             "trainable_params": sum(p.numel() for p in self.model.parameters() if p.requires_grad),
             "total_params": sum(p.numel() for p in self.model.parameters()),
             "vocab_size": len(self.tokenizer),
+            "grade_profile": self._profiling() if self.config.env == "suite" else None,
+            "prs_active": self._prs_active(),
         }
+        if self.config.prs and not self._prs_active():
+            resolved["resolved"]["prs_off_reason"] = ("no coverage: the toy task has none" if self.config.env == "toy"
+                                                      else "grading without profiling (grade_profile off) gives no "
+                                                           "coverage; PRS would reject every correct turn")
         (self.out / "config.json").write_text(json.dumps(resolved, indent=2, default=str) + "\n")
         import yaml
 
