@@ -77,6 +77,7 @@ def test_estimator_by_name_and_unknown_name(tmp_path):
     assert any(k.startswith("grpo/") for k in m)
 
 
+@pytest.mark.slow
 def test_suite_run_with_the_real_cpu_grader(tmp_path):
     """Two steps on single_ops with a tiny model: one sample per group answers with the bundled
     solution (SolutionMix: scored by the model, so it trains like a sampled reply), the other is
