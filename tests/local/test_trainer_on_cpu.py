@@ -104,3 +104,48 @@ def test_suite_run_with_the_real_cpu_grader(tmp_path):
     resolved = json.loads((tmp_path / "run" / "config.json").read_text())["resolved"]
     assert resolved["prs_active"] is False and "prs_off_reason" in resolved
     assert (tmp_path / "run" / "checkpoints" / "step_2").exists()
+
+
+def test_micro_batches_accumulate_the_mini_batch_gradient(tmp_path):
+    """The same rows split into micro-batches of 1 or all at once give the same gradient: the
+    mini-batch denominators go to every micro-batch call (no len(micro)/len(mini) rescaling)."""
+    from types import SimpleNamespace
+
+    from drkernel.local.pack import pack_trajectories
+    from drkernel.local.toy import GuessEnv
+
+    grads = {}
+    for mb in (1, 16):
+        trainer = Trainer(_toy_config(tmp_path / f"mb{mb}", micro_batch_size=mb, agg_mode="seq-mean-token-sum"))
+        import asyncio
+        import random
+
+        env = GuessEnv(num_turns=2)
+        items = env.sample(5, random.Random(0))
+        async def play(gen=trainer.generate):
+            return await asyncio.gather(*(env.episode(it, gen, seed=0, sampling={"max_new_tokens": 3}) for it in items))
+
+        if mb == 1:  # both trainers have the same weights (same seed): reuse the episodes
+            trajs = asyncio.run(play())
+        packed = pack_trajectories(trajs, 2, 0)
+        old = trainer._log_probs_no_grad(packed)
+        adv = torch.linspace(-1, 1, packed.num_rows)[:, None].expand_as(old).contiguous() * packed.policy_mask
+        result = SimpleNamespace(loss_mask=packed.policy_mask, extras={"tok_ids": packed.tok_ids,
+                                 "attention_mask": packed.attention_mask}, is_weights=None,
+                                 old_log_probs=old, tok_advantages=adv)
+        captured = {}
+
+        def capture(*a, _t=trainer, _c=captured, **k):
+            for n, p in _t.model.named_parameters():
+                if p.grad is not None:
+                    _c[n] = p.grad.clone()
+
+        trainer.optimizer.step = capture
+        trainer.config.grad_clip = 1e9
+        metrics = trainer._update(result)
+        assert metrics["actor/optimizer_steps"] == 1
+        grads[mb] = captured
+        trainer.close()
+    assert grads[1].keys() == grads[16].keys() and grads[1]
+    for n in grads[1]:
+        assert torch.allclose(grads[1][n], grads[16][n], atol=1e-6, rtol=1e-4), n
