@@ -23,7 +23,10 @@ _SHORT = {"max_steps": "N", "device": "cpu|cuda", "out": "DIR", "suite": "DIR", 
 def _field_docs() -> dict[str, str]:
     from drkernel.local import trainer
 
-    source = inspect.getsource(trainer.TrainConfig)
+    try:
+        source = inspect.getsource(trainer.TrainConfig)
+    except (OSError, TypeError):  # no source shipped: flags without help text
+        return {}
     tree = ast.parse(source)
     docs: dict[str, str] = {}
     body = tree.body[0].body  # type: ignore[attr-defined]
