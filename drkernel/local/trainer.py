@@ -573,6 +573,11 @@ class Trainer:
                     if turn.generation is not None]
         out["rollout/truncated_frac"] = (sum(1 for f in finishes if f == "length") / len(finishes)
                                          if finishes else 0.0)
+        statuses = [getattr(turn, "status", None) for tr in trajectories for turn in tr.turns]
+        if any(st is not None for st in statuses):
+            out["rollout/no_code_frac"] = sum(1 for st in statuses if st == "no_code") / len(statuses)
+            out["rollout/context_overflow_frac"] = (sum(1 for st in statuses if st == "context_overflow")
+                                                    / len(statuses))
         exists = packed.turn_exists
         for t in range(exists.shape[1]):
             col = exists[:, t]
