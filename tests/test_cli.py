@@ -16,6 +16,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "drkernel.cli", *args], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_eval_kernel_json_pass_and_fail(tmp_path):
     p = cli("eval-kernel", "--task", str(TASK), "--candidate", str(HONEST), "--device", "cpu", "--json", "--seed", "3")
     assert p.returncode == 0, p.stderr
@@ -32,15 +33,23 @@ def test_eval_kernel_json_pass_and_fail(tmp_path):
     assert not res["compiled"] and res["error"]["stage"] == "compile"
 
 
-def test_eval_kernel_bad_input_exits_2_with_one_line(tmp_path):
-    p = cli("eval-kernel", "--task", str(tmp_path / "missing.py"), "--candidate", str(HONEST))
-    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "task file not found" in p.stderr
+def test_eval_kernel_bad_input_exits_2_with_one_line(tmp_path, capsys):
+    from drkernel.cli import main
+
+    assert main(["eval-kernel", "--task", str(tmp_path / "missing.py"), "--candidate", str(HONEST)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "task file not found" in err
     bad_task = tmp_path / "task.py"
     bad_task.write_text("import torch\n")  # no Model/get_inputs
-    p = cli("eval-kernel", "--task", str(bad_task), "--candidate", str(HONEST), "--device", "cpu")
-    assert p.returncode == 2 and "does not define Model" in p.stderr
-    p = cli("eval-kernel", "--task", str(TASK), "--candidate", str(tmp_path / "nope.py"))
-    assert p.returncode == 2 and "candidate file not found" in p.stderr
+    assert main(["eval-kernel", "--task", str(bad_task), "--candidate", str(HONEST), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not define Model" in err
+    assert main(["eval-kernel", "--task", str(TASK), "--candidate", str(tmp_path / "nope.py")]) == 2
+    assert "candidate file not found" in capsys.readouterr().err
+    not_utf8 = tmp_path / "latin1.py"
+    not_utf8.write_bytes(b"# caf\xe9\n")
+    assert main(["eval-kernel", "--task", str(TASK), "--candidate", str(not_utf8)]) == 2
+    assert "cannot read candidate file" in capsys.readouterr().err
 
 
 def test_import_drkernel_is_light():

@@ -35,13 +35,14 @@ def _read_candidate(path: Path) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from drkernel.env import EvalConfig, Task, TaskError, evaluate
-    from drkernel.env.config import cpu_fast
-
-    task_path = Path(args.task)
+    task_path = Path(args.task)  # unusable input is reported before torch is imported
     if not task_path.is_file():
         raise UsageError(f"task file not found: {task_path}")
     source = _read_candidate(Path(args.candidate))
+
+    from drkernel.env import EvalConfig, Task, TaskError, evaluate
+    from drkernel.env.config import cpu_fast
+
     device = args.device or default_device()
     config = EvalConfig(device=device)
     if device == "cpu":
