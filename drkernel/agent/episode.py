@@ -171,6 +171,7 @@ async def run_episode(
             call :func:`finalize_trajectory` themselves).
     """
     limits = limits or Limits(1, max(1, int(grader.capacity)))
+    reward_of = _reward_fn(config.reward)
     n = config.max_turns - len(context) if num_turns is None else num_turns
     head = first_messages(task, config)
     history = [(t.assistant_message(), t.feedback_message()) for t in context]
@@ -179,7 +180,7 @@ async def run_episode(
         turn = replay(index) if replay is not None else None
         if turn is None:
             turn = await _play_turn(task, generate, grader, config, head, history, index, limits, count_tokens,
-                                    trajectory)
+                                    reward_of, trajectory)
             if turn is None:  # trajectory.error was set
                 break
         trajectory.turns.append(turn)
@@ -195,7 +196,8 @@ async def run_episode(
 
 async def _play_turn(task: TaskLike, generate: Generate, grader: Scorer, config: EpisodeConfig,
                      head: list[Message], history: list[tuple[Message, Message]], index: int, limits: Limits,
-                     count_tokens: TokenCounter, trajectory: Trajectory) -> Turn | None:
+                     count_tokens: TokenCounter, reward_of: Callable[["EvalResult"], float],
+                     trajectory: Trajectory) -> Turn | None:
     fitted = fit_context(head, history, budget=config.budget, keep_turns=config.keep_turns, count=count_tokens)
     if fitted is None:
         text = "The task prompt alone exceeds the context budget: nothing was generated."
@@ -226,7 +228,7 @@ async def _play_turn(task: TaskLike, generate: Generate, grader: Scorer, config:
         except Exception as exc:  # EnvironmentFailure, TaskError, a lost worker: never a kernel verdict
             trajectory.error = f"grading failed at turn {index}: {type(exc).__name__}: {exc}"
             return None
-        reward = turn_reward(result, config.reward)
+        reward = reward_of(result)
         text = result_text(result, config.max_feedback_chars)
     t2 = time.perf_counter()
     feedback = feedback_message(text, config.prompt_template, entry_point=task.entry_point)
@@ -237,9 +239,21 @@ async def _play_turn(task: TaskLike, generate: Generate, grader: Scorer, config:
 
 def turn_reward(result: "EvalResult", config: "RewardConfig | None" = None) -> float:
     """``drkernel.rewards.compute_reward`` of one result (the recipe's speedup reward with PR by default)."""
-    from drkernel.rewards import compute_reward
+    return _reward_fn(config)(result)
 
-    return compute_reward(result, config)
+
+def _reward_fn(config: "RewardConfig | None") -> Callable[["EvalResult"], float]:
+    """The reward of one result under ``config``, with the function and its knobs looked up once
+    (``compute_reward`` does both on every call): the scalar path of the same reward function."""
+    from drkernel.rewards import RewardConfig, get_reward_fn
+
+    cfg = config if config is not None else RewardConfig()
+    fn, knobs = get_reward_fn(cfg.name), cfg.knobs()
+
+    def reward(r: "EvalResult") -> float:
+        return float(fn(bool(r.correct), r.speedup, r.coverage, bool(r.hacked), bool(r.compiled), **knobs))
+
+    return reward
 
 
 def finalize_trajectory(trajectory: Trajectory) -> Trajectory:
