@@ -147,3 +147,40 @@ def test_code_span_and_token_mask():
     assert "".join(pieces) == reply
     assert token_code_mask(pieces, (block.start, block.end)) == [False, False, False, True, True, True, False, False]
     assert token_code_mask(pieces, None) == [False] * len(pieces)
+
+
+def test_turn_reward_matches_compute_reward():
+    from drkernel.agent.episode import turn_reward
+    from drkernel.env.result import EvalResult
+    from drkernel.rewards import RewardConfig, compute_reward
+
+    results = [EvalResult(compiled=True, correct=True, speedup=2.0, coverage=0.6),
+               EvalResult(compiled=True, correct=True, speedup=None, coverage=None),
+               EvalResult(compiled=True, correct=True, speedup=5.0, coverage=0.2, hacked=True),
+               EvalResult(compiled=False), EvalResult(compiled=True, correct=False, speedup=float("nan"))]
+    for cfg in (None, RewardConfig(name="tiered"), RewardConfig(coverage_enable=False, penalty=-1.0)):
+        assert [turn_reward(r, cfg) for r in results] == pytest.approx([compute_reward(r, cfg) for r in results])
+    assert turn_reward(results[0]) == pytest.approx(1.8)  # 0.5 + 0.5*2.0 + 0.5*0.6
+
+
+def test_agent_import_is_light():
+    import subprocess
+    import sys
+
+    code = ("import sys, drkernel.agent, drkernel.agent.episode, drkernel.agent.scaling, drkernel.agent.cli; "
+            "print(sorted(m for m in ('torch', 'openai', 'matplotlib', 'tqdm', 'triton') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_overhead_benchmark_under_5ms_per_turn():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_agent.py"
+    spec = importlib.util.spec_from_file_location("bench_agent", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bench.measure(2, 2, 4000)  # warm-up
+    per_turn = min(bench.measure(16, 3, 4000) for _ in range(3))
+    assert per_turn < 5e-3, f"agent loop overhead {1e3 * per_turn:.2f} ms/turn"
