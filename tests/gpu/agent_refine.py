@@ -136,6 +136,18 @@ def main() -> int:
         "wall_s": round(time.time() - t_start, 1),
     }
     print(json.dumps(numbers))
+    print("per task and turn (status, speedup, hack reasons, grading seconds):")
+    for task_dir in sorted(out.glob("tasks/*")):
+        cells = []
+        for path in sorted(task_dir.glob("turn_*/turn.json")):
+            t = json.loads(path.read_text())
+            r = t["result"] or {}
+            verdict = t["status"] if t["status"] != "graded" else (
+                "hacked:" + "+".join(r["hack_reasons"]) if r["hacked"] else
+                f"pass {r['speedup']:.2f}x" if r["passed"] and r.get("speedup") else
+                "pass" if r["passed"] else f"fail:{(r.get('error') or {}).get('stage')}")
+            cells.append(f"{verdict} ({t['seconds'].get('grade', 0):.0f}s)")
+        print(f"  {task_dir.name}: " + " | ".join(cells))
     for name, ok in checks.items():
         print(f"{'ok  ' if ok else 'FAIL'} {name}")
     return 0 if all(checks.values()) else 1
