@@ -184,3 +184,11 @@ def test_overhead_benchmark_under_5ms_per_turn():
     bench.measure(2, 2, 4000)  # warm-up
     per_turn = min(bench.measure(16, 3, 4000) for _ in range(3))
     assert per_turn < 5e-3, f"agent loop overhead {1e3 * per_turn:.2f} ms/turn"
+
+
+def test_turn_seconds_exclude_queueing():
+    gen = Scripted([fenced(kernel(1.0))], delay_s=0.05)
+    trs = asyncio.run(run_episodes([TASK] * 6, gen, MarkerScorer(capacity=6), EpisodeConfig(max_turns=1),
+                                   generation_concurrency=1))  # 6 generations queue behind one slot
+    gen_s = [t.turns[0].seconds["generate"] for t in trs]
+    assert min(gen_s) >= 0.045 and max(gen_s) < 0.2  # each ~0.05 s; queueing would reach 0.3 s
