@@ -187,6 +187,10 @@ def test_server_down_keeps_finished_turns_and_resume_continues(tmp_path):
         assert srv.requests == [] and report3.replayed_turns == 6
         with pytest.raises(ValueError, match="max_turns"):
             run(tasks, MarkerScorer(), srv.url, out, scaling=ScalingConfig(max_turns=4))
+        # --overwrite starts over: the old turns are gone, everything is generated again
+        report4 = run(tasks, MarkerScorer(), srv.url, out, scaling=ScalingConfig(max_turns=2), overwrite=True)
+        assert report4.replayed_turns == 0 and len(srv.requests) == 4
+        assert len(list(out.glob("tasks/*/turn_*/turn.json"))) == 4
 
 
 def test_unreachable_server_fails_clearly():
