@@ -192,3 +192,24 @@ def test_turn_seconds_exclude_queueing():
                                    generation_concurrency=1))  # 6 generations queue behind one slot
     gen_s = [t.turns[0].seconds["generate"] for t in trs]
     assert min(gen_s) >= 0.045 and max(gen_s) < 0.2  # each ~0.05 s; queueing would reach 0.3 s
+
+
+@pytest.mark.slow
+def test_hanging_kernel_ends_at_the_deadline_and_becomes_feedback():
+    from pathlib import Path
+
+    from drkernel.env.config import EvalConfig, cpu_fast
+    from drkernel.env.grader import LocalGrader
+
+    suite = Path(__file__).resolve().parents[2] / "envs" / "single_ops"
+    solution = (suite / "solutions" / "01_relu.py").read_text()
+    hang = solution.replace("        x = x.contiguous()\n", "        x = x.contiguous()\n        while True:\n            pass\n")
+    assert hang != solution
+    gen = Scripted([fenced(hang), fenced(solution)])
+    config = cpu_fast(EvalConfig(device="cpu")).with_overrides(call_timeout_s=3.0, measure_performance=False)
+    with LocalGrader(config, capacity=1) as grader:
+        tr = asyncio.run(run_episode(Task.from_file(suite / "tasks" / "01_relu.py"), gen, grader,
+                                     EpisodeConfig(max_turns=2)))
+    hung, fixed = tr.turns
+    assert not tr.failed and hung.result.error.stage == "correctness" and "timed out" in hung.feedback
+    assert hung.reward == 0.0 and fixed.result.passed and fixed.reward == pytest.approx(0.5)  # no timing: 0.5 c
