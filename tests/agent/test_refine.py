@@ -4,13 +4,12 @@ a synthetic environment whose verdicts are known, so every summary number can be
 
 import asyncio
 import json
-import os
 
 import pytest
 
 from drkernel.agent.episode import EpisodeConfig
 from drkernel.agent.openai_backend import GenerationError, OpenAIGenerate
-from drkernel.agent.scaling import RunDir, ScalingConfig, format_table, refine, select_turns, summarize
+from drkernel.agent.scaling import RunDir, ScalingConfig, format_table, refine, select_turns
 from drkernel.agent.sft import export_sft, sft_records
 from drkernel.env.task import Task
 from tests.agent.marker_scorer import MarkerScorer, kernel
