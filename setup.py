@@ -16,6 +16,9 @@ EXTRAS = {
     "bench": ["matplotlib", "pyarrow"],
     # Large-scale training on verl (FSDP + vLLM) over Ray.
     "train": ["verl>=0.5", "vllm", "ray[default]", "transformers", "omegaconf", "hydra-core", "tensorboard"],
+    # The multi-turn agent and test-time scaling (examples/refine_loop.py): OpenAI-compatible client,
+    # progress bar, plots.
+    "agent": ["openai>=1.0", "tqdm", "matplotlib"],
     # Test tools.
     "dev": ["pytest>=8", "pytest-timeout"],
 }
