@@ -17,7 +17,10 @@ EXTRAS = {
     # Large-scale training on verl (FSDP + vLLM) over Ray.
     "train": ["verl>=0.5", "vllm", "ray[default]", "transformers", "omegaconf", "hydra-core", "tensorboard"],
     # The one-process trainer (drkernel train --local) and HFGenerate: light, no vLLM/Ray/CUDA wheels.
-    "local": ["transformers>=4.45", "tokenizers", "peft", "tensorboard", "tqdm", "pyyaml"],
+    "local": ["transformers>=4.56", "tokenizers", "peft", "tensorboard", "tqdm", "pyyaml"],
+    # The multi-turn agent and test-time scaling (examples/refine_loop.py): OpenAI-compatible client,
+    # progress bar, plots.
+    "agent": ["openai>=1.0", "tqdm", "matplotlib"],
     # Test tools.
     "dev": ["pytest>=8", "pytest-timeout"],
 }
