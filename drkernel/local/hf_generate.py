@@ -75,10 +75,12 @@ class HFGenerate:
     def __init__(self, model_or_path: Any, tokenizer: Any = None, *, device: str = "cpu", seed: int = 0,
                  cache_size: int = 4096, max_batch: int = 64, **sampling_defaults: Any):
         if isinstance(model_or_path, str):
-            from transformers import AutoModelForCausalLM, AutoTokenizer
+            from transformers import AutoModelForCausalLM
+
+            from drkernel.local.tiny import load_tokenizer
 
             model = AutoModelForCausalLM.from_pretrained(model_or_path, local_files_only=True)
-            tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_or_path, local_files_only=True)
+            tokenizer = tokenizer or load_tokenizer(model_or_path)
         else:
             model = model_or_path
         if tokenizer is None:

@@ -76,6 +76,27 @@ def build_tokenizer(texts: Iterable[str], *, kind: str = "bpe", vocab_size: int 
     return fast
 
 
+def load_tokenizer(path: str | Path) -> Any:
+    """The tokenizer saved in ``path`` (local files only).
+
+    A tokenizer saved as a plain ``tokenizers`` pipeline (``build_tokenizer``'s, whose config says
+    ``TokenizersBackend``/``PreTrainedTokenizerFast``) is loaded as exactly that pipeline:
+    ``AutoTokenizer`` in transformers 5 would rebuild the model family's own tokenizer class
+    (Qwen2's BPE for the tiny Qwen2 model) around the vocabulary and tokenise differently.
+    """
+    import json
+
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    config_file = Path(path) / "tokenizer_config.json"
+    cls = None
+    if config_file.exists():
+        cls = json.loads(config_file.read_text(encoding="utf-8")).get("tokenizer_class")
+    if cls in ("TokenizersBackend", "PreTrainedTokenizerFast") and (Path(path) / "tokenizer.json").exists():
+        return PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
+    return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+
+
 def build_tiny_model(tokenizer: Any, *, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4,
                      intermediate_size: int | None = None, max_positions: int = 8192, seed: int = 0) -> Any:
     """A randomly initialised Qwen2-architecture causal LM sized to ``tokenizer``.
@@ -96,4 +117,4 @@ def build_tiny_model(tokenizer: Any, *, hidden_size: int = 64, num_layers: int =
     return model
 
 
-__all__ = ["CHATML_TEMPLATE", "SPECIAL_TOKENS", "build_tiny_model", "build_tokenizer", "suite_texts"]
+__all__ = ["CHATML_TEMPLATE", "SPECIAL_TOKENS", "build_tiny_model", "build_tokenizer", "load_tokenizer", "suite_texts"]

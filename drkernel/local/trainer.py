@@ -294,9 +294,11 @@ class Trainer:
                 raise ValueError("a model given to Trainer needs its tokenizer too")
             return tokenizer, model
         if cfg.model:
-            from transformers import AutoModelForCausalLM, AutoTokenizer
+            from transformers import AutoModelForCausalLM
 
-            tok = tokenizer or AutoTokenizer.from_pretrained(cfg.model, local_files_only=True)
+            from drkernel.local.tiny import load_tokenizer
+
+            tok = tokenizer or load_tokenizer(cfg.model)
             dtype = torch.bfloat16 if cfg.device.startswith("cuda") else torch.float32
             return tok, AutoModelForCausalLM.from_pretrained(cfg.model, local_files_only=True, dtype=dtype)
         from drkernel.local import tiny

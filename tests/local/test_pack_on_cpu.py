@@ -101,3 +101,14 @@ def test_hf_generate_stops_and_reports(toy_model):
     a = gen.generate([{"role": "user", "content": "hint 3"}], temperature=0, max_new_tokens=3)
     b = gen.generate([{"role": "user", "content": "hint 3"}], temperature=0, max_new_tokens=3)
     assert a.token_ids == b.token_ids
+
+
+def test_hf_generate_loads_a_local_directory(toy_model, tmp_path):
+    model, tok = toy_model
+    model.save_pretrained(str(tmp_path))
+    tok.save_pretrained(str(tmp_path))
+    gen = HFGenerate(str(tmp_path), seed=0, max_tokens=3, temperature=0)
+    a = gen.generate([{"role": "user", "content": "guess the secret number . hint 1"}])
+    b = HFGenerate(model, tok, seed=0, max_tokens=3, temperature=0).generate(
+        [{"role": "user", "content": "guess the secret number . hint 1"}])
+    assert a.token_ids == b.token_ids and a.logprobs == pytest.approx(b.logprobs, abs=1e-5)

@@ -46,6 +46,12 @@ def test_toy_run_writes_logs_config_and_checkpoint(tmp_path):
     assert any(lines[i].get("actor/optimizer_steps") for i in range(2))
     after = trainer.model.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
+    # the checkpoint is a local HF model: --model PATH continues from it (same weights, same tokenizer)
+    again = Trainer(_toy_config(tmp_path / "again", model=str(ckpt), max_steps=1))
+    loaded = again.model.state_dict()
+    assert all(torch.equal(after[k], loaded[k]) for k in after)
+    assert again.tokenizer("guess 3")["input_ids"] == trainer.tokenizer("guess 3")["input_ids"]
+    again.close()
 
 
 def test_lora_toggle_trains_only_adapters(tmp_path):
