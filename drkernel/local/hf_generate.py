@@ -29,6 +29,7 @@ sampling draws from this backend's own ``torch.Generator`` (seeded; no global RN
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections import OrderedDict
@@ -67,13 +68,16 @@ class HFGenerate:
         seed: seed of this backend's sampling generator.
         cache_size: how many of its own replies it remembers (for token-in/token-out splicing).
         max_batch: most requests sampled together.
+        autocast_dtype: run the model's forwards under ``torch.autocast`` with this dtype (the
+            trainer's bf16-mixed precision on cuda); None = the weights' own dtype.
         **sampling_defaults: ``temperature`` (1.0), ``top_p`` (1.0), ``top_k`` (0 = off),
             ``max_new_tokens`` (512; ``max_tokens`` is an alias), ``stop_token_ids`` (extra stops).
             Per-call keyword arguments override them.
     """
 
     def __init__(self, model_or_path: Any, tokenizer: Any = None, *, device: str = "cpu", seed: int = 0,
-                 cache_size: int = 4096, max_batch: int = 64, **sampling_defaults: Any):
+                 cache_size: int = 4096, max_batch: int = 64, autocast_dtype: torch.dtype | None = None,
+                 **sampling_defaults: Any):
         if isinstance(model_or_path, str):
             from transformers import AutoModelForCausalLM
 
@@ -101,6 +105,7 @@ class HFGenerate:
         self._cache_size = cache_size
         self._lock = threading.Lock()
         self.max_batch = max_batch
+        self.autocast_dtype = autocast_dtype
         self._pending: list[_Request] = []
         self._runner: asyncio.Task | None = None
         self._runner_loop: asyncio.AbstractEventLoop | None = None
@@ -170,7 +175,8 @@ class HFGenerate:
             self.model.eval()
             try:
                 full = torch.tensor([prompt_ids + ids], dtype=torch.long, device=self.device)
-                logits = self.model(input_ids=full).logits[0, len(prompt_ids) - 1:-1].float() / temp
+                with self._amp():
+                    logits = self.model(input_ids=full).logits[0, len(prompt_ids) - 1:-1].float() / temp
                 logp = torch.log_softmax(logits, -1).gather(1, full[0, len(prompt_ids):, None]).squeeze(1)
             finally:
                 self.model.train(was_training)
@@ -269,8 +275,9 @@ class HFGenerate:
             past = None
             inp, pos = ids, positions
             for step in range(steps):
-                out = self.model(input_ids=inp, attention_mask=attn, position_ids=pos, past_key_values=past,
-                                 use_cache=True)
+                with self._amp():
+                    out = self.model(input_ids=inp, attention_mask=attn, position_ids=pos, past_key_values=past,
+                                     use_cache=True)
                 past = out.past_key_values
                 logits = out.logits[:, -1].float()
                 logp = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
@@ -297,6 +304,11 @@ class HFGenerate:
             return results
         finally:
             self.model.train(was_training)
+
+    def _amp(self) -> Any:
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
     # ------------------------------------------------------------------ options
 

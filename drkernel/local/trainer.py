@@ -21,6 +21,7 @@ grading through a :class:`~drkernel.env.grader.Grader`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import math
@@ -53,6 +54,9 @@ class TrainConfig:
     """``cpu`` or ``cuda[:N]``: where the model runs and, for suites, where kernels are graded."""
     model: str | None = None
     """Local HF model directory; None = a tiny random-weight model built here."""
+    precision: str = "auto"
+    """``fp32``, ``bf16-mixed`` (fp32 weights and optimizer, bf16 autocast forwards) or ``bf16``
+    (bf16 weights: LoRA on big models); ``auto`` = bf16-mixed on cuda, fp32 on cpu."""
     tiny_hidden: int = 64
     """Hidden size of the tiny model."""
     tiny_layers: int = 2
@@ -139,6 +143,8 @@ class TrainConfig:
             raise ValueError(f"env must be 'suite' or 'toy', got {self.env!r}")
         if self.env == "suite" and not self.suite:
             raise ValueError("env=suite needs a suite directory (--suite envs/single_ops)")
+        if self.precision not in ("auto", "fp32", "bf16-mixed", "bf16"):
+            raise ValueError(f"precision must be auto, fp32, bf16-mixed or bf16, got {self.precision!r}")
         for name in ("max_steps", "prompts_per_step", "group_size", "num_turns", "max_new_tokens", "ppo_epochs",
                      "mini_batches", "micro_batch_size", "concurrency"):
             if getattr(self, name) < 1:
@@ -268,7 +274,8 @@ class Trainer:
         from drkernel.local.hf_generate import HFGenerate
 
         backend = generate(self.model, self.tokenizer) if generate is not None else HFGenerate(
-            self.model, self.tokenizer, device=cfg.device, seed=cfg.seed)
+            self.model, self.tokenizer, device=cfg.device, seed=cfg.seed,
+            autocast_dtype=torch.bfloat16 if self._precision() == "bf16-mixed" and self.device.type == "cuda" else None)
         if cfg.solution_mix:
             if cfg.env != "suite":
                 raise ValueError("solution_mix needs env=suite (bundled solutions)")
@@ -299,7 +306,7 @@ class Trainer:
             from drkernel.local.tiny import load_tokenizer
 
             tok = tokenizer or load_tokenizer(cfg.model)
-            dtype = torch.bfloat16 if cfg.device.startswith("cuda") else torch.float32
+            dtype = torch.bfloat16 if self._precision() == "bf16" else torch.float32
             return tok, AutoModelForCausalLM.from_pretrained(cfg.model, local_files_only=True, dtype=dtype)
         from drkernel.local import tiny
 
@@ -311,8 +318,20 @@ class Trainer:
             else:
                 tokenizer = tiny.build_tokenizer(tiny.suite_texts(cfg.suite), kind="bpe",
                                                  vocab_size=cfg.tokenizer_vocab)
-        return tokenizer, tiny.build_tiny_model(tokenizer, hidden_size=cfg.tiny_hidden, num_layers=cfg.tiny_layers,
-                                                seed=cfg.seed)
+        model = tiny.build_tiny_model(tokenizer, hidden_size=cfg.tiny_hidden, num_layers=cfg.tiny_layers, seed=cfg.seed)
+        return tokenizer, model.to(torch.bfloat16) if self._precision() == "bf16" else model
+
+    def _precision(self) -> str:
+        p = self.config.precision
+        if p == "auto":
+            return "bf16-mixed" if self.config.device.startswith("cuda") else "fp32"
+        return p
+
+    def _amp(self) -> Any:
+        """Autocast context of the forwards (bf16-mixed on cuda), else a no-op."""
+        if self._precision() == "bf16-mixed" and self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
     def _setup_lora(self, model: Any) -> Any:
         cfg = self.config
@@ -370,6 +389,7 @@ class Trainer:
             "trainable_params": sum(p.numel() for p in self.model.parameters() if p.requires_grad),
             "total_params": sum(p.numel() for p in self.model.parameters()),
             "vocab_size": len(self.tokenizer),
+            "precision": self._precision(),
             "grade_profile": self._profiling() if self.config.env == "suite" else None,
             "prs_active": self._prs_active(),
         }
@@ -502,8 +522,9 @@ class Trainer:
         mb = self.config.micro_batch_size
         for s in range(0, packed.num_rows, mb):
             ids, attn = _trim(packed.tok_ids[s:s + mb], packed.attention_mask[s:s + mb])
-            lp, _ = token_log_probs(self.model, ids.to(self.device), attn.to(self.device),
-                                    temperature=self.config.temperature)
+            with self._amp():
+                lp, _ = token_log_probs(self.model, ids.to(self.device), attn.to(self.device),
+                                        temperature=self.config.temperature)
             out[s:s + mb, :lp.shape[1]] = lp.float().cpu()
         return out
 
@@ -535,8 +556,9 @@ class Trainer:
                     mask = result.loss_mask[micro][:, :width].to(self.device)
                     if not bool(mask.any()):
                         continue
-                    new_lp, entropy = token_log_probs(self.model, ids.to(self.device), attn.to(self.device),
-                                                      temperature=cfg.temperature, with_entropy=True)
+                    with self._amp():
+                        new_lp, entropy = token_log_probs(self.model, ids.to(self.device), attn.to(self.device),
+                                                          temperature=cfg.temperature, with_entropy=True)
                     is_w = None if result.is_weights is None else result.is_weights[micro][:, :width].to(self.device)
                     loss, m = policy_loss(
                         new_lp, result.old_log_probs[micro][:, :width].to(self.device),
