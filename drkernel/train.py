@@ -78,7 +78,12 @@ def save_resolved_config(config: Any) -> list[Path]:
 
 
 def dry_run(argv: Sequence[str]) -> int:
-    """Compose, check (no GPU checks), print the resolved config; 0 on success."""
+    """Compose, check (no GPU checks), print the resolved config; 0 on success.
+
+    verl's plugins are not loaded here (``VERL_USE_EXTERNAL_PLUGINS=none`` unless set): composing
+    needs only verl's config package, and the plugin would pull in Ray and TransferQueue.
+    """
+    os.environ.setdefault("VERL_USE_EXTERNAL_PLUGINS", "none")
     from omegaconf import OmegaConf
 
     config_name = DEFAULT_CONFIG
