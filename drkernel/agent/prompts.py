@@ -14,6 +14,7 @@ fenced python block of the reply, so explanations go before it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -52,18 +53,8 @@ def list_templates() -> list[str]:
 
 def _fill(text: str, values: dict[str, str]) -> str:
     # one pass over the placeholders: a value containing "{feedback}" is never substituted again
-    out, i = [], 0
-    while i < len(text):
-        for key, value in values.items():
-            token = "{" + key + "}"
-            if text.startswith(token, i):
-                out.append(value)
-                i += len(token)
-                break
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
+    pattern = re.compile("|".join(re.escape("{" + key + "}") for key in values))
+    return pattern.sub(lambda m: values[m.group(0)[1:-1]], text)
 
 
 def render_prompt(template_name: str, reference_code: str, *, entry_point: str = "Model") -> str:
