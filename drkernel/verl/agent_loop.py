@@ -133,10 +133,11 @@ class ServerTokenGenerate:
         text = self.loop.tokenizer.decode(token_ids, skip_special_tokens=True)
         self.messages.append({"role": "assistant", "content": text})
         self.turns += 1
-        for key in ("min_global_steps", "max_global_steps"):
-            if key in (out.extra_fields or {}):
-                self.extra_fields.setdefault("min_global_steps", out.extra_fields[key])
-                self.extra_fields["max_global_steps"] = out.extra_fields[key]
+        steps = out.extra_fields or {}  # weight versions that generated this episode (staleness control)
+        if steps.get("min_global_steps") is not None:
+            self.extra_fields.setdefault("min_global_steps", steps["min_global_steps"])
+        if steps.get("max_global_steps") is not None:
+            self.extra_fields["max_global_steps"] = steps["max_global_steps"]
         finish = "length" if len(token_ids) >= params["max_tokens"] else (out.stop_reason or "stop")
         return Generation(text=text, token_ids=token_ids, logprobs=logprobs, prompt_token_ids=list(self.runtime_ids[
             : len(self.runtime_ids) - len(token_ids)]), finish_reason=finish,

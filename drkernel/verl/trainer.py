@@ -9,7 +9,7 @@ are verl's):
   correctness and coverage) and the meaningful-turn mask need the turn structure the agent loop
   stores (``tok_turn_index``, ``turn_*``), so this version fetches those fields as well, runs
   :func:`drkernel.step.dr_kernel_step` through :func:`drkernel.verl.step_adapter.run_step`, and
-  writes back ``advantages``, ``returns``, the final ``response_mask`` (the loss mask) and, when
+  writes back ``advantages``, ``returns``, the final ``response_mask`` (and ``loss_mask``, equal) and, when
   truncated IS is on, ``rollout_is_weights``. Metrics: ``drkernel/*`` (step) and
   ``drkernel/kernel/turn{t}/*`` (per-turn correctness and Fast@p, per sample).
 - ``_build_replay_buffer``: the zero-variance group filter with buffering. verl's replay buffer
@@ -145,6 +145,7 @@ class DrKernelPPOTrainer(PPOTrainerSync):
         out, step_metrics, self._step_state = run_step(padded, uids, self._step_config, self._step_state,
                                                        generator=self._generator)
         metrics.update(step_metrics)
+        out["loss_mask"] = out["response_mask"]  # verl's agent loop stores both; keep them equal
         written = TensorDict({k: to_nested(v, nested_mask) for k, v in out.items()}, batch_size=len(batch))
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=written)
 

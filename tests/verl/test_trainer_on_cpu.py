@@ -81,7 +81,7 @@ def test_compute_advantage_reads_and_writes_transfer_queue_fields(monkeypatch) -
     metrics = {}
     assert t._compute_advantage(_Meta(), metrics) == "meta"
     out = written["fields"]
-    assert set(out.keys()) == {"advantages", "returns", "response_mask"}
+    assert set(out.keys()) == {"advantages", "returns", "response_mask", "loss_mask"}
     adv = out["advantages"]
     assert adv.is_nested and [len(r) for r in adv.unbind()] == [len(m) for m in mask]
     # meaningful-turn mask: trajectory 1 (0.7 then 0.9) is fine; all four turns exist, no regression
