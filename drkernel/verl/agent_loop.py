@@ -99,8 +99,8 @@ class ServerTokenGenerate:
         builder = self.loop.continuous_token_builder
         if not self.prompt_ids:
             ids = await self.loop.loop.run_in_executor(None, lambda: builder.build_initial_tokens(messages))
-            if len(ids) > self.prompt_length:
-                raise ResponseBudgetExhausted(
+            if len(ids) > self.prompt_length:  # a failure, not an early end (data.filter_overlong_prompts)
+                raise ValueError(
                     f"the first prompt has {len(ids)} tokens, more than rollout.prompt_length={self.prompt_length}")
             self.prompt_ids = list(ids)
             self.runtime_ids = list(ids)
@@ -240,7 +240,7 @@ class KernelAgentLoop(AgentLoopBase):
             "passed_any": float(any(r is not None and r.passed for r in res)),
             "failed": float(trajectory.failed),
         }
-        extra["turn_results"] = [None if r is None else r.to_dict() for r in res]
+        extra["turn_results"] = [None if r is None else _compact(r) for r in res]  # no details: TQ carries it
         return KernelAgentLoopOutput(
             prompt_ids=backend.prompt_ids,
             response_ids=backend.response_ids,
@@ -261,6 +261,13 @@ class KernelAgentLoop(AgentLoopBase):
             + [math.nan] * pad,
             failed=trajectory.failed,
         )
+
+
+def _compact(result) -> dict[str, Any]:
+    """The verdict fields of an ``EvalResult`` (its ``details`` stay out of TransferQueue)."""
+    full = result.to_dict()
+    keep = ("compiled", "correct", "hacked", "hack_reasons", "speedup", "coverage", "kernel_ms", "reference_ms", "error")
+    return {k: full.get(k) for k in keep}
 
 
 class _FirstPromptFromRow:
