@@ -39,6 +39,9 @@ def test_trainer_config_values_and_verl_dataclasses() -> None:
     assert (cfg.actor_rollout_ref.actor.clip_ratio_low, cfg.actor_rollout_ref.actor.clip_ratio_high) == (0.2, 0.28)
     assert cfg.actor_rollout_ref.rollout.agent.default_agent_loop == "drkernel_kernel_agent"
     assert cfg.trainer.v1.trainer_mode == "drkernel_sync"
+    assert cfg.trainer.v1.sampler.max_off_policy_threshold == 1  # surplus groups dropped, as in the paper
+    assert cfg.actor_rollout_ref.actor.loss_agg_mode == "seq-mean-token-sum-norm"
+    assert cfg.actor_rollout_ref.actor.loss_scale_factor == 1000 * cfg.drkernel.agent.max_turns
     # verl's rollout correction is off (MRS runs in the step); no dead IS threshold (§9.1)
     assert cfg.algorithm.rollout_correction.rollout_is is None and cfg.algorithm.rollout_correction.rollout_rs is None
     # verl's own nodes still convert to verl's dataclasses (no foreign keys leaked into them)
