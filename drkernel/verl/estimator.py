@@ -11,6 +11,11 @@ turn structure, so this adapter recovers it from the token layout:
   the maximal runs of 1 in ``response_mask`` (each turn's model tokens are contiguous and the
   environment's feedback tokens, mask 0, separate them).
 
+Recovering turns from the mask assumes nothing zeroed tokens inside a turn. verl's token-level
+rollout rejection does; a row it rejects entirely simply drops out of the groups. The shipped
+config turns verl's rollout correction off and runs MRS in drkernel's trainer instead, which reads
+``tok_turn_index`` and keeps rejected rows in their peers' baselines (reference §1.2).
+
 The advantages come from the shared :func:`drkernel.step.dr_kernel_step` with everything but the
 estimator switched off (no MRS, PRS or group filter: in a stock verl trainer those are verl's own
 stages, or drkernel's trainer runs the full step instead of this function), so for the same
@@ -77,7 +82,10 @@ def trloo_token_advantages(
     ti = turn_index_from_mask(mask) if tok_turn_index is None else tok_turn_index.long().to(mask.device)
     ti = torch.where(mask, ti, torch.full_like(ti, -1))
     num_turns = int(ti.max()) + 1 if ti.numel() and bool(mask.any()) else 1
-    rewards = turn_rewards_from_tokens(token_level_rewards.double(), ti, num_turns)
+    # A reward on a token outside the mask belongs to no recoverable turn (e.g. verl's own rollout
+    # rejection zeroed the whole row): that row then has no turn, so it joins no group.
+    tok_rewards = torch.where(ti >= 0, token_level_rewards.double(), torch.zeros((), dtype=torch.float64))
+    rewards = turn_rewards_from_tokens(tok_rewards, ti, num_turns)
     cfg = DrKernelStepConfig(estimator=estimator, gamma=float(gamma), mask_void_turn=False, mismatch=None,
                              prs=None, group_filter=False, target_num_groups=None, samples_per_prompt=None)
     result, _ = dr_kernel_step(

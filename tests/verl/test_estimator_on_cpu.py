@@ -98,3 +98,16 @@ def test_explicit_turn_index_matches_runs_and_singleton_group() -> None:
     # one row alone in its group: baseline 0, A = G
     a, g = estimator.trloo_token_advantages(rewards[:1], mask[:1], None)
     torch.testing.assert_close(a, g)
+
+
+def test_row_rejected_by_verl_rollout_correction_drops_out() -> None:
+    """verl's sequence-level rejection zeroes a row's mask but leaves its reward: no crash, the row
+    gets 0 and leaves its group, the others are TRLOO over the remaining rows."""
+    mask, ti, rewards, _, uids = _random_batch(3)
+    cut = mask.clone()
+    cut[0] = 0
+    adv, _ = _verl_advantages(rewards, cut, uids)
+    assert bool((adv[0] == 0).all())
+    keep = list(range(1, mask.shape[0]))
+    ref, _ = estimator.trloo_token_advantages(rewards[keep], mask[keep], [uids[i] for i in keep])
+    torch.testing.assert_close(adv[keep], ref)
