@@ -7,6 +7,7 @@ from .policy import (
     agg_loss,
     approx_kl,
     entropy_from_logits,
+    minibatch_denominators,
     policy_loss,
     ppo_clip_token_loss,
 )
@@ -17,6 +18,7 @@ __all__ = [
     "agg_loss",
     "approx_kl",
     "entropy_from_logits",
+    "minibatch_denominators",
     "policy_loss",
     "ppo_clip_token_loss",
 ]

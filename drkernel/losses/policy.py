@@ -34,6 +34,7 @@ __all__ = [
     "agg_loss",
     "approx_kl",
     "entropy_from_logits",
+    "minibatch_denominators",
     "policy_loss",
     "ppo_clip_token_loss",
 ]
@@ -67,6 +68,9 @@ class PolicyLossConfig:
     """The aggregated loss is divided by this (recipe 1000 with seq-mean-token-sum)."""
     entropy_coef: float = 0.0
     """Entropy bonus: ``loss -= entropy_coef * agg(entropy)`` (recipe 0)."""
+    extreme_risk_threshold: float | None = None
+    """Zero the loss of tokens with ``pi_old < threshold`` and ``A < 0`` (suggested 1e-5 to 1e-7);
+    None = off (recipe)."""
 
     def __post_init__(self) -> None:
         _check_clip(self.clip_low, self.clip_high, self.clip_c)
@@ -212,6 +216,17 @@ def agg_loss(
     return seq_sum.sum() / (rows * length)  # sum_i s_i / (#rows L_norm)
 
 
+def minibatch_denominators(loss_mask: torch.Tensor) -> dict[str, float]:
+    """The mini-batch totals that every micro-batch's ``agg_loss``/``policy_loss`` call needs:
+    ``{"num_tokens": sum m, "num_seqs": rows with a valid token}``. Compute them once on the whole
+    mini-batch's mask and pass them with ``**`` to each micro-batch call.
+
+    Example: masks [[1, 1, 0], [0, 0, 0], [1, 0, 0]] give num_tokens 3, num_seqs 2.
+    """
+    mask = loss_mask.bool()
+    return {"num_tokens": float(mask.sum()), "num_seqs": float(mask.any(dim=-1).sum())}
+
+
 def approx_kl(
     log_p: torch.Tensor, log_q: torch.Tensor, mask: torch.Tensor, kind: str = "k3"
 ) -> float:
@@ -261,6 +276,7 @@ def policy_loss(
     agg_mode: str = "seq-mean-token-sum",
     loss_scale_factor: float = 1.0,
     entropy_coef: float = 0.0,
+    extreme_risk_threshold: float | None = None,
     is_weights: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
     num_tokens: float | None = None,
@@ -269,8 +285,12 @@ def policy_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The actor loss of one (micro-)batch: dual-clip PPO, IS weights, aggregation, scale.
 
-    ``loss = agg(l * w, m) / loss_scale_factor - entropy_coef * agg(H, m) / loss_scale_factor``
-    with ``l`` from ``ppo_clip_token_loss`` and ``w`` the truncated IS weights (1 when None).
+    ``loss = agg(l * w, m') / loss_scale_factor - entropy_coef * agg(H, m) / loss_scale_factor``
+    with ``l`` from ``ppo_clip_token_loss``, ``w`` the truncated IS weights (1 when None) and
+    ``m' = m`` minus the extreme-risk tokens (``log pi_old < ln tau`` and ``A < 0``) when
+    ``extreme_risk_threshold`` tau is set: pushing down a token the policy already gives less than
+    tau only sharpens an already-unlikely choice (reference §2.5; off in the recipe). The
+    denominators still count those tokens, so masking them never rescales the others.
     For gradient accumulation over micro-batches pass the mini-batch's ``num_tokens`` /
     ``num_seqs`` and sum the micro-batch losses (``agg_loss`` explains why, and why no extra
     ``len(micro)/len(mini)`` factor).
@@ -284,6 +304,7 @@ def policy_loss(
         agg_mode: one of ``AGG_MODES``.
         loss_scale_factor: divisor of the aggregated loss (the recipe's config uses 1000).
         entropy_coef: entropy bonus coefficient; needs ``entropy`` (with grad) when non-zero.
+        extreme_risk_threshold: tau in (0, 1), or None = off.
         is_weights: (N, L) truncated IS weights ``w_t`` (detached here), or None.
         entropy: (N, L) token entropies, for the bonus and the ``actor/entropy`` metric.
         num_tokens, num_seqs, norm_len: mini-batch denominators (``agg_loss``).
@@ -304,6 +325,11 @@ def policy_loss(
     mask = loss_mask.bool()
     if mask.shape != log_probs.shape:
         raise ValueError(f"loss_mask {tuple(mask.shape)} != log_probs {tuple(log_probs.shape)}")
+    # Off-mask tokens get r = 1 and A = 0 before any arithmetic: padding may hold NaN/inf (vLLM
+    # pads with -1, buffers with anything), and NaN * 0 in the backward of a masked select is NaN.
+    zero = torch.zeros((), dtype=advantages.dtype, device=advantages.device)
+    old_log_probs = torch.where(mask, old_log_probs.detach(), log_probs.detach())
+    advantages = torch.where(mask, advantages.detach(), zero)
     token_loss, ratio, clipped, dual = ppo_clip_token_loss(
         log_probs, old_log_probs, advantages, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c
     )
@@ -311,6 +337,17 @@ def policy_loss(
         if is_weights.shape != token_loss.shape:
             raise ValueError(f"is_weights {tuple(is_weights.shape)} != {tuple(token_loss.shape)}")
         token_loss = token_loss * is_weights.detach().to(token_loss.dtype)  # l * w_t
+    risky = torch.zeros_like(mask)
+    if extreme_risk_threshold is not None:
+        if not 0 < extreme_risk_threshold < 1:
+            raise ValueError(f"extreme_risk_threshold must be in (0, 1), got {extreme_risk_threshold}")
+        # log pi_old < ln tau and A < 0: no loss on the token
+        risky = mask & (old_log_probs.detach() < math.log(extreme_risk_threshold)) & (advantages.detach() < 0)
+        token_loss = torch.where(risky, torch.zeros((), dtype=token_loss.dtype, device=token_loss.device), token_loss)
+    if num_tokens is None:
+        num_tokens = float(mask.sum())
+    if num_seqs is None:
+        num_seqs = float(mask.any(dim=-1).sum())
     kw = dict(num_tokens=num_tokens, num_seqs=num_seqs, norm_len=norm_len)
     pg_loss = agg_loss(token_loss, mask, agg_mode, **kw)
     loss = pg_loss
@@ -337,6 +374,8 @@ def policy_loss(
     }
     if entropy is not None:
         metrics["actor/entropy"] = float(entropy.detach().double()[mask].mean()) if n else math.nan
+    if extreme_risk_threshold is not None:
+        metrics["actor/extreme_risk_frac"] = frac(risky)
     if is_weights is not None:
         metrics["actor/is_weight_mean"] = float(is_weights.detach().double()[mask].mean()) if n else math.nan
     return loss, metrics

@@ -123,7 +123,10 @@ def turn_metrics(
         for p in thresholds:
             out[f"best/fast@{p:g}"] = raw[best + f"fast@{p:g}_in_all"]
     if turn_rewards is not None:
-        r = torch.as_tensor(turn_rewards).double()
+        if isinstance(turn_rewards, torch.Tensor) or hasattr(turn_rewards, "__array__"):
+            r = torch.as_tensor(turn_rewards).double()
+        else:  # Python lists: straight to float64 (as_tensor would round through float32)
+            r = torch.as_tensor(turn_rewards, dtype=torch.float64)
         ex = torch.ones_like(r, dtype=torch.bool) if exists is None else torch.as_tensor(exists).bool()
         for t in range(1, r.shape[1] + 1):
             col = ex[:, t - 1]

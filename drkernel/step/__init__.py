@@ -12,5 +12,14 @@ from .dr_kernel import (
     StepState,
     dr_kernel_step,
 )
+from .layout import TurnRowPacking
 
-__all__ = ["DrKernelStepConfig", "ProcessedRows", "StepBatch", "StepResult", "StepState", "dr_kernel_step"]
+__all__ = [
+    "DrKernelStepConfig",
+    "ProcessedRows",
+    "StepBatch",
+    "StepResult",
+    "StepState",
+    "TurnRowPacking",
+    "dr_kernel_step",
+]

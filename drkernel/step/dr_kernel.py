@@ -181,7 +181,8 @@ class StepResult:
     """What the actor update needs. K kept rows; all tensors are on the input's device."""
 
     skipped: bool
-    """True: too few valid groups; make no optimizer step (the rows wait in the new state)."""
+    """True: make no optimizer step. Either too few valid groups (the rows wait in the new
+    state) or no token survived the masks (K = 0)."""
     tok_advantages: torch.Tensor
     """(K, L) per-token advantages, 0 outside ``loss_mask``."""
     loss_mask: torch.Tensor
@@ -409,28 +410,46 @@ def _mrs(
 ) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
     """MRS in the one-row-per-trajectory layout, by way of the reference's one-row-per-turn view.
 
-    Row (i, t) of the turn view holds trajectory i's tokens of turn t (``N T`` rows, trajectory
-    id i); ``apply_mismatch_correction`` then judges trajectories (geometric/sequence), turns
-    (turn/turn_geo, the veto) or tokens exactly as the reference does, and the turn rows are
-    merged back (turns own disjoint tokens). Costs O(N T L) memory for the turn view.
+    Row ``i T + t`` of the turn view holds, left-aligned, the tokens of turn t of trajectory i
+    (``N T`` rows of ``L_turn`` = the longest turn's tokens; trajectory id i), so
+    ``apply_mismatch_correction`` judges trajectories (geometric/sequence), turns (turn/turn_geo
+    and the veto) or tokens exactly as the reference does on its flattened batch. The verdicts are
+    scattered back onto the trajectory rows (turns own disjoint tokens). The view holds each turn
+    token once: O(N L) memory, not O(N T L).
     """
     n, length = mask.shape
     if rollout_log_probs.shape != mask.shape:
         raise ValueError(f"rollout_log_probs {tuple(rollout_log_probs.shape)} != (N, L) {tuple(mask.shape)}")
-    turns = torch.arange(num_turns, device=mask.device)
-    turn_rows = mask[:, None, :] & (turn_index[:, None, :] == turns[None, :, None])  # (N, T, L)
+    in_turn = turn_index >= 0
+    pos = torch.zeros_like(turn_index)  # position of each token inside its turn
+    for t in range(num_turns):  # T is small
+        of_t = turn_index == t
+        pos = torch.where(of_t, of_t.long().cumsum(dim=1) - 1, pos)
+    turn_len = int(pos[in_turn].max()) + 1 if bool(in_turn.any()) else 1
+    rows = torch.arange(n, device=mask.device)[:, None].expand(n, length)
+    dest_row = (rows * num_turns + turn_index.clamp(min=0))[in_turn]  # turn-view row of each token
+    dest_col = pos[in_turn]
+    view = (n * num_turns, turn_len)
+
+    def to_view(x: torch.Tensor, fill: float | bool) -> torch.Tensor:
+        out = torch.full(view, fill, dtype=x.dtype, device=x.device)
+        out[dest_row, dest_col] = x[in_turn]
+        return out
+
     traj_ids = torch.arange(n, device=mask.device).repeat_interleave(num_turns)
-    view = (n * num_turns, length)
     new_rows, weights, raw = apply_mismatch_correction(
-        old_log_probs[:, None, :].expand(n, num_turns, length).reshape(view),
-        rollout_log_probs[:, None, :].expand(n, num_turns, length).reshape(view),
-        turn_rows.reshape(view),
+        to_view(old_log_probs.detach(), 0.0),
+        to_view(rollout_log_probs.detach(), 0.0),
+        to_view(mask, False),
         traj_ids,
         config,
     )
-    new_mask = new_rows.view(n, num_turns, length).any(dim=1)
+    new_mask = torch.zeros_like(mask)
+    new_mask[in_turn] = new_rows[dest_row, dest_col]
     if weights is not None:
-        weights = weights.view(n, num_turns, length).sum(dim=1)  # disjoint turns: one weight each
+        tok_weights = torch.zeros(mask.shape, dtype=weights.dtype, device=weights.device)
+        tok_weights[in_turn] = weights[dest_row, dest_col]
+        weights = tok_weights
     metrics = {"mrs/" + k.split("/", 1)[1]: v for k, v in raw.items()}  # mismatch/x -> mrs/x
     return new_mask & mask, weights, metrics
 
@@ -483,6 +502,8 @@ def _check_batch(batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Te
         rewards = rewards.to(torch.get_default_dtype())
     rewards = rewards.to(mask.device)
     num_turns = rewards.shape[1]
+    if bool((mask & ~torch.isfinite(batch.old_log_probs.to(mask.device))).any()):
+        raise ValueError("old_log_probs is NaN/inf on a token of response_mask")
     if bool((mask & (ti < 0)).any()):
         raise ValueError("a token in response_mask has tok_turn_index -1: every policy token needs its turn")
     if ti.numel() and (int(ti.min()) < -1 or int(ti.max()) >= num_turns):

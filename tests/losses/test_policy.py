@@ -166,3 +166,41 @@ def test_config_defaults_are_the_recipe_and_feed_policy_loss():
     for bad in (dict(clip_c=1.0), dict(clip_low=1.0), dict(agg_mode="sum"), dict(loss_scale_factor=0)):
         with pytest.raises(ValueError):
             PolicyLossConfig(**bad)
+
+
+def test_extreme_risk_masking_zeroes_unlikely_negative_tokens_only():
+    # tokens: (pi_old = 1e-6, A = -1) masked; (1e-6, A = +1) kept; (0.5, A = -1) kept. r = 1.
+    old = torch.log(torch.tensor([[1e-6, 1e-6, 0.5]]))
+    adv = torch.tensor([[-1.0, 1.0, -1.0]])
+    lp = old.clone().requires_grad_(True)
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    out, m = policy_loss(lp, old, adv, mask, agg_mode="token-mean", extreme_risk_threshold=1e-5)
+    # token losses -A r = [1 -> 0, -1, 1]; token-mean keeps all 3 in the denominator: (0 - 1 + 1)/3
+    assert out.item() == pytest.approx(0.0)
+    out.backward()
+    assert lp.grad[0, 0].item() == 0.0 and lp.grad[0, 2].item() == pytest.approx(1 / 3)
+    assert m["actor/extreme_risk_frac"] == pytest.approx(1 / 3)
+    base, _ = policy_loss(lp, old, adv, mask, agg_mode="token-mean")
+    assert base.item() == pytest.approx(1 / 3)
+
+
+def test_minibatch_denominators():
+    from drkernel.losses import minibatch_denominators
+
+    mask = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 0, 0]])
+    assert minibatch_denominators(mask) == {"num_tokens": 3.0, "num_seqs": 2.0}
+
+
+def test_garbage_off_the_mask_never_reaches_loss_or_gradient():
+    # NaN/inf old log-probs and advantages on padding must not poison the loss or the gradient
+    # token 2: finite ratio but NaN advantage: without sanitising, grad = 0 * NaN = NaN there
+    old = torch.tensor([[-1.0, -2.0, float("-inf")]])
+    adv = torch.tensor([[1.0, float("nan"), float("inf")]])
+    lp = torch.tensor([[-1.0, -2.0, -3.0]], requires_grad=True)
+    mask = torch.tensor([[True, False, False]])
+    for mode in ("token-mean", "seq-mean-token-sum"):
+        out, m = policy_loss(lp, old, adv, mask, agg_mode=mode)
+        (grad,) = torch.autograd.grad(out, lp)
+        assert out.item() == pytest.approx(-1.0)  # -A r on the one valid token
+        assert torch.isfinite(grad).all() and grad[0].tolist() == pytest.approx([-1.0, 0.0, 0.0])
+        assert m["actor/ratio_max"] == 1.0

@@ -43,3 +43,8 @@ def test_tensor_inputs_match_nested_results():
     assert a == b
     with pytest.raises(ValueError):
         turn_metrics()
+
+
+def test_list_rewards_are_exact():
+    m = turn_metrics([[{"correct": True, "speedup": 1.0}]], turn_rewards=[[1.8]])
+    assert m["turn1/reward_mean"] == 1.8  # not float32's 1.7999999523

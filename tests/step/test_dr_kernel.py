@@ -165,6 +165,15 @@ def test_truncated_is_weights_when_enabled():
     assert res.is_weights[1, 0].item() == pytest.approx(1.0)
     res, _ = dr_kernel_step(make_batch(), one_group())
     assert res.is_weights is None  # the recipe: no IS
+    # turn level: A's turn-1 tokens carry log rho 0.0004 each -> w = e^0.0008 on turn 1 only;
+    # trajectory level: the same product over all of A's turns, on every turn of A
+    log_rho = torch.zeros(4, L, dtype=torch.float64)
+    log_rho[0, 0:2] = 0.0004
+    for level, turn2 in (("turn", 1.0), ("trajectory", math.exp(0.0008))):
+        res, _ = dr_kernel_step(make_batch(log_rho=log_rho), one_group(mismatch=MismatchConfig(is_level=level)))
+        w = res.is_weights[0]
+        assert w[0].item() == pytest.approx(math.exp(0.0008)) and w[1].item() == pytest.approx(math.exp(0.0008))
+        assert w[3].item() == pytest.approx(turn2) and w[2].item() == 0.0
 
 
 def test_prs_rejects_low_coverage_correct_turns_but_they_stay_in_baselines():
@@ -325,6 +334,14 @@ def test_input_validation():
     b.tok_turn_index = torch.full((4, L), 3)
     with pytest.raises(ValueError, match=r"\[-1, T\)"):
         dr_kernel_step(b, one_group())
+    b = make_batch()
+    b.old_log_probs = b.old_log_probs.clone()
+    b.old_log_probs[2, 6] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        dr_kernel_step(b, one_group())
+    b.old_log_probs[2, 6] = 0.0
+    b.old_log_probs[2, 5] = float("nan")  # a feedback token: not the policy's, ignored
+    dr_kernel_step(b, one_group())
     with pytest.raises(ValueError, match="length N"):
         dr_kernel_step(make_batch(groups=["p"] * 3), one_group())
     assert DrKernelStepConfig().resolved_min_group_size() == 9  # n // 2 + 1 with n = 16
@@ -371,3 +388,101 @@ def test_cuda_tensors_with_a_cpu_generator_match_cpu():
     loss, m = policy_loss(lp, gpu.old_log_probs, gpu.tok_advantages, gpu.loss_mask)
     loss.backward()
     assert lp.grad.is_cuda and m["actor/ratio_mean"] == 1.0
+
+
+def _step_loop(rewards, groups, turn_index, mask, log_rho, correct, coverage, *, lower, upper, tau, theta, std_thr):
+    """Readable reference of the step with plain loops (deterministic settings: PRS hard cut, no
+    group selection). Shares no code with the library. Returns {row: [token advantages]}."""
+    n, num_turns, length = len(rewards), len(rewards[0]), len(turn_index[0])
+    exists = [[any(mask[i][l] and turn_index[i][l] == t for l in range(length)) for t in range(num_turns)]
+              for i in range(n)]
+    loss = [[False] * num_turns for _ in range(n)]
+    for i in range(n):
+        for t in range(num_turns):
+            earlier_success = any(exists[i][k] and rewards[i][k] > 0 for k in range(t))
+            loss[i][t] = exists[i][t] and not (earlier_success and rewards[i][t] <= 0)
+    m = [[mask[i][l] and turn_index[i][l] >= 0 and loss[i][turn_index[i][l]] for l in range(length)] for i in range(n)]
+    # MRS: geometric trajectory test and per-turn veto, both on the loss-masked tokens
+    keep_traj = []
+    for i in range(n):
+        vals = [max(-20.0, min(20.0, log_rho[i][l])) for l in range(length) if m[i][l]]
+        keep_traj.append(not vals or lower <= math.exp(sum(vals) / len(vals)) <= upper)
+    vetoed = [[any(m[i][l] and turn_index[i][l] == t and log_rho[i][l] < math.log(tau) for l in range(length))
+               for t in range(num_turns)] for i in range(n)]
+    m2 = [[m[i][l] and keep_traj[i] and not vetoed[i][turn_index[i][l]] for l in range(length)] for i in range(n)]
+    # PRS, hard cut: a live correct turn with coverage < theta is dropped
+    alive = [[any(m2[i][l] and turn_index[i][l] == t for l in range(length)) for t in range(num_turns)] for i in range(n)]
+    drop = [[alive[i][t] and correct[i][t] and coverage[i][t] < theta for t in range(num_turns)] for i in range(n)]
+    m3 = [[m2[i][l] and not drop[i][turn_index[i][l]] for l in range(length)] for i in range(n)]
+    r = [[rewards[i][t] if loss[i][t] else 0.0 for t in range(num_turns)] for i in range(n)]
+    # group filter on last existing turn's reward
+    last = {}
+    for i in range(n):
+        ts = [t for t in range(num_turns) if exists[i][t]]
+        if ts:
+            last[i] = r[i][ts[-1]]
+    kept_groups = set()
+    for g in set(groups):
+        vals = [last[i] for i in last if groups[i] == g]
+        if len(vals) >= 2:
+            mean = sum(vals) / len(vals)
+            std = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
+            if std < std_thr:
+                continue
+        if vals:
+            kept_groups.add(g)
+    sel = [i for i in range(n) if groups[i] in kept_groups and i in last]
+    # TRLOO over the selected rows, turn_mask = loss
+    big_g = {i: [sum(r[i][k] for k in range(t, num_turns)) for t in range(num_turns)] for i in sel}
+    out = {}
+    for i in sel:
+        adv = []
+        for t in range(num_turns):
+            if not loss[i][t]:
+                adv.append(0.0)
+                continue
+            peers = [j for j in sel if groups[j] == groups[i] and loss[j][t] and j != i]
+            adv.append(big_g[i][t] - (sum(big_g[j][t] for j in peers) / len(peers) if peers else 0.0))
+        toks = [adv[turn_index[i][l]] if m3[i][l] else 0.0 for l in range(length)]
+        if any(m3[i]):
+            out[i] = toks
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_step_agrees_with_a_readable_loop_reference(seed):
+    g = torch.Generator().manual_seed(seed)
+    n, num_turns, length = 12, 3, 9
+    # turns of 3 tokens [t, t, -1]-style with random gaps and random lengths
+    turn_index = torch.full((n, length), -1, dtype=torch.long)
+    for i in range(n):
+        k = int(torch.randint(1, num_turns + 1, (1,), generator=g))  # trajectories with 1..3 turns
+        for t in range(k):
+            width = int(torch.randint(1, 3, (1,), generator=g))
+            turn_index[i, 3 * t: 3 * t + width] = t
+    mask = turn_index >= 0
+    rewards = torch.where(torch.rand(n, num_turns, generator=g) < 0.5, 0.0,
+                          torch.rand(n, num_turns, generator=g) * 2).double()
+    log_rho = ((torch.rand(n, length, generator=g) - 0.5) * 0.003).double()
+    log_rho[torch.rand(n, length, generator=g) < 0.03] = -12.0  # veto and trajectory rejection
+    for i in range(0, n, 4):  # a -12 balanced by a +12 in the same row: the veto alone fires
+        valid = mask[i].nonzero().flatten()
+        if valid.numel() >= 2:
+            log_rho[i, valid[0]], log_rho[i, valid[-1]] = -12.0, 12.0
+    correct = torch.rand(n, num_turns, generator=g) < 0.6
+    coverage = torch.rand(n, num_turns, generator=g).double()
+    groups = [i % 3 for i in range(n)]
+    if seed % 2 == 0:  # group 2 gets equal rewards: the zero-variance filter drops it
+        rewards[[i for i in range(n) if groups[i] == 2]] = 1.0
+    old = torch.full((n, length), -1.0, dtype=torch.float64)
+    batch = StepBatch(response_mask=mask, old_log_probs=old, tok_turn_index=turn_index, turn_rewards=rewards,
+                      group_ids=groups, rollout_log_probs=old - log_rho, turn_correct=correct,
+                      turn_coverage=coverage)
+    cfg = DrKernelStepConfig(prs=PRSConfig(factor=0.0), target_num_groups=None, samples_per_prompt=None)
+    res, _ = dr_kernel_step(batch, cfg)
+    expected = _step_loop(rewards.tolist(), groups, turn_index.tolist(), mask.tolist(), log_rho.tolist(),
+                          correct.tolist(), coverage.tolist(), lower=0.999, upper=1.001, tau=1e-4, theta=0.3,
+                          std_thr=1e-3)
+    assert res.kept_rows.tolist() == sorted(expected)
+    for k, row in enumerate(res.kept_rows.tolist()):
+        assert res.tok_advantages[k].tolist() == pytest.approx(expected[row], abs=1e-12)
