@@ -18,4 +18,4 @@ PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check
 cd "$ROOT"
 export VERL_LOGGING_LEVEL="${VERL_LOGGING_LEVEL:-WARN}"
 # pytest exits 5 when it collects no test: that is a failure here too.
-exec "$VENV/bin/python" -m pytest -p no:cacheprovider tests/verl "$@"
+exec "$VENV/bin/python" -m pytest -p no:cacheprovider -o asyncio_default_fixture_loop_scope=function tests/verl "$@"

@@ -103,3 +103,38 @@ def test_group_filter_classification() -> None:
         std_threshold=1e-3, min_group_size=3)
     # std below 1e-3 (same, tiny) or fewer than 3 trajectories (small): evicted and refilled by verl
     assert dropped == {"same", "tiny", "small"}
+
+
+def test_replay_buffer_is_built_from_the_config_and_evicts_with_drkernels_filter(monkeypatch) -> None:
+    from drkernel.train import compose
+
+    cfg = compose(["actor_rollout_ref.rollout.n=3"])
+    t = object.__new__(trainer_mod.DrKernelPPOTrainer)
+    t.config = cfg
+    t.trainer_mode = "sync"
+    from drkernel.verl.config import drkernel_node
+
+    t._node = drkernel_node(cfg)
+    t._step_config = step_config(cfg, samples_per_prompt=3)
+    buf = t._build_replay_buffer()  # verl's ReplayBuffer constructor accepts drkernel's arguments
+    assert isinstance(buf, trainer_mod.DrKernelReplayBuffer)
+    assert buf.filter_groups_metric == "last_turn_reward" and buf.train_batch_size == 16
+    assert buf.min_group_size == 2 and buf.std_threshold == pytest.approx(1e-3)
+
+    # three finished groups in verl's bookkeeping; their trajectories' last-turn rewards in TQ
+    values = {"good": [0.0, 1.7, 0.4], "flat": [0.9, 0.9, 0.9], "small": [1.0]}
+    keys = [f"{u}_{i}_0" for u, vs in values.items() for i in range(len(vs))]
+    for k in keys:
+        buf.partitions["train"][k] = {"status": "success"}
+    buf.finished_keys["train"].update(values)
+
+    def get(keys, partition_id, select_fields):
+        assert select_fields == ["extra_fields"]
+        return {"extra_fields": [{"reward_extra_info": {"last_turn_reward": values[k.split("_")[0]][int(k.split("_")[1])]}}
+                                 for k in keys]}
+
+    monkeypatch.setattr(trainer_mod.tq, "kv_batch_get", get)
+    dropped, counts = buf._dapo_filtered_keys("train")
+    assert dropped == {"flat", "small"}
+    assert buf._dapo_classification_cache["train"]["good"] is None
+    assert buf._dapo_filtered_keys("val") == (set(), {})
