@@ -15,5 +15,10 @@ the submodules that need them:
 - :mod:`drkernel.verl.trainer` — ``drkernel_sync``: verl's synchronous v1 trainer with the
   advantage stage replaced by the Dr. Kernel step (MRS with the per-turn veto, PRS, the
   zero-variance group filter, TRLOO) and per-turn metrics.
-- :mod:`drkernel.verl.config` — the ``drkernel:`` config node as dataclasses.
+- :mod:`drkernel.verl.step_adapter` — one verl batch through :func:`drkernel.step.dr_kernel_step`
+  (pure torch; what the trainer runs between its TransferQueue read and write).
+- :mod:`drkernel.verl.grading` — the grader of an agent-loop worker, by ``drkernel.grader.kind``.
+- :mod:`drkernel.verl.config` — the ``drkernel:`` config node: defaults and conversion to the
+  step's and the agent's settings.
+- :mod:`drkernel.verl.sft_data` — the agent's SFT export (JSONL) -> parquet for verl's SFT trainer.
 """
