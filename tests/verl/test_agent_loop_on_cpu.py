@@ -230,3 +230,43 @@ def test_step_mrs_veto_and_prs_on_agent_loop_output(episodes) -> None:
     out3, _, _ = run_step(data3, ["prompt0", "prompt0"], sc, generator=torch.Generator().manual_seed(0))
     m3 = out3["response_mask"].bool()
     assert not bool(m3[1][ti[1] == 1].any()) and bool(m3[1][ti[1] == 0].all())
+
+
+class _NoGrading:
+    capacity = 1
+
+    async def agrade(self, *args, **kwargs):
+        raise AssertionError("nothing should be graded: the replies hold no code")
+
+
+def test_response_budget_ends_the_dialogue_instead_of_truncating(tiny_tokenizer) -> None:
+    """When rollout.response_length has no room for another reply, the episode ends there: its turns
+    are kept and trained (not a failure), and verl never has to cut the response."""
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from drkernel.data.build import build_rows
+    from drkernel.train import compose
+    from drkernel.verl import agent_loop
+
+    long_reply = "I need to think about tiling and the memory layout of the tensors. " * 12
+    row = next(r for r in build_rows(ROOT / "envs" / "single_ops") if r["extra_info"]["task_id"] == "01_relu")
+    reply_tokens = len(tiny_tokenizer.encode(long_reply, add_special_tokens=False)) + 1
+    budget = reply_tokens + 40  # room for one reply, not for the feedback plus a second one
+    cfg = compose(["drkernel.agent.max_turns=3", f"drkernel.agent.max_tokens_per_turn={reply_tokens + 5}",
+                   "data.max_prompt_length=6000", f"data.max_response_length={budget}"])
+    server = FakeServer(tiny_tokenizer, [[long_reply] * 3])
+
+    async def main():
+        loop = agent_loop.KernelAgentLoop(trainer_config=DictConfigWrap(cfg), server_manager=server,
+                                          tokenizer=tiny_tokenizer, processor=None, dataset_cls=RLHFDataset,
+                                          data_config=DictConfigWrap(cfg.data))
+        loop.grader = _NoGrading()
+        return await loop.run({"temperature": 1.0}, raw_prompt=row["prompt"], reward_model=row["reward_model"],
+                              extra_info=row["extra_info"], uid="p", index=0)
+
+    out = asyncio.run(main())
+    assert len(server.calls) == 1 and server.calls[0]["max_tokens"] == reply_tokens + 5
+    assert out.turn_exists == [True, False, False] and not out.failed
+    assert out.turn_meaningful[0] is True
+    assert len(out.response_ids) <= budget and sum(out.response_mask) == reply_tokens
