@@ -23,6 +23,8 @@ def make_grader(settings: Mapping[str, Any]) -> Any:
     from drkernel.env.config import EvalConfig
 
     kind = settings.get("kind", "local")
+    if kind not in ("local", "ray", "http"):
+        raise ValueError(f"drkernel.grader.kind must be local, ray or http, got {kind!r}")
     options = dict(settings.get("options") or {})
     config = EvalConfig(device=str(settings.get("device", "cuda"))).with_overrides(**options).validate()
     capacity = settings.get("capacity")
@@ -34,14 +36,13 @@ def make_grader(settings: Mapping[str, Any]) -> Any:
         from drkernel.env.service.ray_pool import RayGrader
 
         return RayGrader(config, num_actors=settings.get("num_actors"))
-    if kind == "http":
-        from drkernel.env.service.remote import RemoteGrader
-
+    else:  # http
         url = settings.get("url")
         if not url:
             raise ValueError("drkernel.grader.kind=http needs drkernel.grader.url")
+        from drkernel.env.service.remote import RemoteGrader
+
         return RemoteGrader(url, capacity=capacity)
-    raise ValueError(f"drkernel.grader.kind must be local, ray or http, got {kind!r}")
 
 
 def shared_grader(settings: Mapping[str, Any]) -> Any:
