@@ -205,14 +205,15 @@ async def _play_turn(task: TaskLike, generate: Generate, grader: Scorer, config:
                     reward=config.no_code_reward, feedback=text, status="context_overflow")
     messages, dropped = fitted
 
-    t0 = time.perf_counter()
+    seconds = {"generate": 0.0, "grade": 0.0}
     try:
         async with limits.generation:
+            t0 = time.perf_counter()  # inside the bound: time spent generating, not queueing
             gen = await generate(messages, **config.sampling)
+            seconds["generate"] = round(time.perf_counter() - t0, 6)
     except Exception as exc:  # the backend already retried: the episode ends, its turns are kept
         trajectory.error = f"generation failed at turn {index}: {type(exc).__name__}: {exc}"
         return None
-    t1 = time.perf_counter()
 
     block = locate_code(gen.text, entry_point=task.entry_point)
     result = None
@@ -223,18 +224,19 @@ async def _play_turn(task: TaskLike, generate: Generate, grader: Scorer, config:
         code, span, status = block.code.strip("\n") + "\n", (block.start, block.end), "graded"
         try:
             async with limits.grading:
+                t0 = time.perf_counter()
                 result = await grader.agrade(task, code, seed=config.grade_seed(task.name, index),
                                              options=config.grade_options or None)
+                seconds["grade"] = round(time.perf_counter() - t0, 6)
         except Exception as exc:  # EnvironmentFailure, TaskError, a lost worker: never a kernel verdict
             trajectory.error = f"grading failed at turn {index}: {type(exc).__name__}: {exc}"
             return None
         reward = reward_of(result)
         text = result_text(result, config.max_feedback_chars)
-    t2 = time.perf_counter()
     feedback = feedback_message(text, config.prompt_template, entry_point=task.entry_point)
     return Turn(index=index, prompt=messages, reply=gen.text, code=code, code_span=span, result=result,
                 reward=reward, feedback=feedback, status=status, generation=gen, dropped_turns=dropped,
-                seconds={"generate": round(t1 - t0, 6), "grade": round(t2 - t1, 6) if result is not None else 0.0})
+                seconds=seconds)
 
 
 def turn_reward(result: "EvalResult", config: "RewardConfig | None" = None) -> float:

@@ -133,6 +133,10 @@ class RunDir:
                                  + ", ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in diff.items())
                                  + "; use another --out or --overwrite")
             return True
+        if overwrite and (self.root / "tasks").is_dir():
+            import shutil
+
+            shutil.rmtree(self.root / "tasks")  # start over: no stale turns of the old run
         self.root.mkdir(parents=True, exist_ok=True)
         _write_atomic(path, json.dumps(settings, indent=2, sort_keys=True))
         return False

@@ -90,7 +90,7 @@ class Turn:
     dropped_turns: int = 0
     """Earlier turns left out of ``prompt`` to fit the context budget."""
     seconds: dict[str, float] = field(default_factory=dict)
-    """Wall time of ``generate`` and ``grade`` for this turn."""
+    """Wall time of the ``generate`` and ``grade`` calls of this turn (not the time queued for a slot)."""
 
     @property
     def passed(self) -> bool:

@@ -37,6 +37,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from drkernel._registry import Registry
+
 __all__ = [
     "REWARD_FUNCTIONS",
     "EvalOutcome",
@@ -229,20 +231,18 @@ def tiered_reward(
 
 RewardFn = Callable[..., "float | torch.Tensor"]
 
-REWARD_FUNCTIONS: dict[str, RewardFn] = {
-    "speedup": speedup_reward,
-    "weighted": weighted_reward,
-    "tiered": tiered_reward,
-}
-"""Reward functions by name. All share ``(correct, speedup, coverage, hacked, compiled, **knobs)``."""
+REWARD_FUNCTIONS: Registry[RewardFn] = Registry("reward function")
+"""Reward functions by name (a read-only mapping). All share ``(correct, speedup, coverage, hacked,
+compiled, **knobs)``; add one with ``REWARD_FUNCTIONS.register(name, fn)``."""
+REWARD_FUNCTIONS.register("speedup", speedup_reward)
+REWARD_FUNCTIONS.register("weighted", weighted_reward)
+REWARD_FUNCTIONS.register("tiered", tiered_reward)
 
 
 def get_reward_fn(name: str) -> RewardFn:
-    """The reward function registered as ``name``; unknown names raise, listing the known ones."""
-    try:
-        return REWARD_FUNCTIONS[name]
-    except KeyError:
-        raise ValueError(f"unknown reward function {name!r}; known: {', '.join(REWARD_FUNCTIONS)}") from None
+    """The reward function registered as ``name``; an unknown name raises (a ValueError and a
+    KeyError) listing the known ones."""
+    return REWARD_FUNCTIONS[name]
 
 
 # --------------------------------------------------------------------------- config and results

@@ -184,3 +184,32 @@ def test_overhead_benchmark_under_5ms_per_turn():
     bench.measure(2, 2, 4000)  # warm-up
     per_turn = min(bench.measure(16, 3, 4000) for _ in range(3))
     assert per_turn < 5e-3, f"agent loop overhead {1e3 * per_turn:.2f} ms/turn"
+
+
+def test_turn_seconds_exclude_queueing():
+    gen = Scripted([fenced(kernel(1.0))], delay_s=0.05)
+    trs = asyncio.run(run_episodes([TASK] * 6, gen, MarkerScorer(capacity=6), EpisodeConfig(max_turns=1),
+                                   generation_concurrency=1))  # 6 generations queue behind one slot
+    gen_s = [t.turns[0].seconds["generate"] for t in trs]
+    assert min(gen_s) >= 0.045 and max(gen_s) < 0.2  # each ~0.05 s; queueing would reach 0.3 s
+
+
+@pytest.mark.slow
+def test_hanging_kernel_ends_at_the_deadline_and_becomes_feedback():
+    from pathlib import Path
+
+    from drkernel.env.config import EvalConfig, cpu_fast
+    from drkernel.env.grader import LocalGrader
+
+    suite = Path(__file__).resolve().parents[2] / "envs" / "single_ops"
+    solution = (suite / "solutions" / "01_relu.py").read_text()
+    hang = solution.replace("        x = x.contiguous()\n", "        x = x.contiguous()\n        while True:\n            pass\n")
+    assert hang != solution
+    gen = Scripted([fenced(hang), fenced(solution)])
+    config = cpu_fast(EvalConfig(device="cpu")).with_overrides(call_timeout_s=3.0, measure_performance=False)
+    with LocalGrader(config, capacity=1) as grader:
+        tr = asyncio.run(run_episode(Task.from_file(suite / "tasks" / "01_relu.py"), gen, grader,
+                                     EpisodeConfig(max_turns=2)))
+    hung, fixed = tr.turns
+    assert not tr.failed and hung.result.error.stage == "correctness" and "timed out" in hung.feedback
+    assert hung.reward == 0.0 and fixed.result.passed and fixed.reward == pytest.approx(0.5)  # no timing: 0.5 c

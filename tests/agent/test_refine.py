@@ -4,13 +4,12 @@ a synthetic environment whose verdicts are known, so every summary number can be
 
 import asyncio
 import json
-import os
 
 import pytest
 
 from drkernel.agent.episode import EpisodeConfig
 from drkernel.agent.openai_backend import GenerationError, OpenAIGenerate
-from drkernel.agent.scaling import RunDir, ScalingConfig, format_table, refine, select_turns, summarize
+from drkernel.agent.scaling import RunDir, ScalingConfig, format_table, refine, select_turns
 from drkernel.agent.sft import export_sft, sft_records
 from drkernel.env.task import Task
 from tests.agent.marker_scorer import MarkerScorer, kernel
@@ -187,6 +186,10 @@ def test_server_down_keeps_finished_turns_and_resume_continues(tmp_path):
         assert srv.requests == [] and report3.replayed_turns == 6
         with pytest.raises(ValueError, match="max_turns"):
             run(tasks, MarkerScorer(), srv.url, out, scaling=ScalingConfig(max_turns=4))
+        # --overwrite starts over: the old turns are gone, everything is generated again
+        report4 = run(tasks, MarkerScorer(), srv.url, out, scaling=ScalingConfig(max_turns=2), overwrite=True)
+        assert report4.replayed_turns == 0 and len(srv.requests) == 4
+        assert len(list(out.glob("tasks/*/turn_*/turn.json"))) == 4
 
 
 def test_unreachable_server_fails_clearly():
