@@ -22,6 +22,8 @@ EXTRAS = {
     # What the CPU tests of the verl integration need on top of "train" (tests/verl/run.sh).
     "train-cpu-test": ["verl[verl-core]==0.9.1", "tensorboard", "pyarrow", "tokenizers", "pytest>=8",
                        "pytest-timeout"],
+    # The one-process trainer (drkernel train --local) and HFGenerate: light, no vLLM/Ray/CUDA wheels.
+    "local": ["transformers>=4.56", "tokenizers", "peft", "tensorboard", "tqdm", "pyyaml"],
     # The multi-turn agent and test-time scaling (examples/refine_loop.py): OpenAI-compatible client,
     # progress bar, plots.
     "agent": ["openai>=1.0", "tqdm", "matplotlib"],
