@@ -152,7 +152,8 @@ def run_bench(suite: Suite | str | os.PathLike, *, solutions: str | os.PathLike 
         tasks: task filter, see :meth:`Suite.select`.
         size: ``small`` or ``full`` (default: small on cpu, full on cuda).
         overrides: extra EvalConfig fields.
-        executor: an Executor to use instead of building one (tests, custom backends).
+        executor: a Grader (``grade(task, source, *, seed)``) to use instead of building a
+            LocalGrader (tests, remote graders); the caller closes it.
         progress: stream for one line per finished task; None is silent.
         plot: write speedups.png (skipped with a warning if matplotlib is missing).
 
@@ -221,10 +222,9 @@ def run_bench(suite: Suite | str | os.PathLike, *, solutions: str | os.PathLike 
 
     own_executor = executor is None
     if own_executor and jobs:
-        from drkernel.env.executors import get_executor
+        from drkernel.env.grader import LocalGrader
 
-        executor = (get_executor("pool", config=config, workers=workers) if workers > 1
-                    else get_executor("local", config=config))
+        executor = LocalGrader(config, capacity=max(1, workers))
     try:
         for st, cand, result, exc, seconds in _grade(executor, jobs, seed, max(1, workers)):
             if exc is None:
@@ -303,16 +303,15 @@ def merge_reports(suite: Suite | str | os.PathLike, parts: list[str | os.PathLik
 
 def _grade(executor: Any, jobs: list[tuple[SuiteTask, Task, Path, str]], seed: int | None, workers: int):
     """Yield ``(suite_task, candidate_path, result | None, exception | None, seconds)`` in completion
-    order. Each job goes through ``executor.evaluate`` on its own thread, timed here, so that a job
-    that ends in an EnvironmentFailure is reported alone and still has its seconds (with
-    ``return_exceptions=True``, ``Executor.map`` isolates failures too but does not time them)."""
+    order. Each job goes through ``grader.grade`` on its own thread, timed here, so that a job
+    that ends in an EnvironmentFailure is reported alone and still has its seconds."""
     if not jobs:
         return
 
     def one(task: Task, source: str) -> tuple[EvalResult | None, BaseException | None, float]:
         t0 = time.monotonic()
         try:
-            return executor.evaluate(task, source, seed=seed), None, time.monotonic() - t0
+            return executor.grade(task, source, seed=seed), None, time.monotonic() - t0
         except Exception as exc:  # noqa: BLE001 - reported per task, see the caller
             return None, exc, time.monotonic() - t0
 

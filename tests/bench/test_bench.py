@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import drkernel.env.executors as executors
+import drkernel.env.grader as grader_mod
 from drkernel.bench import progress_line, run_bench, summarize
 from drkernel.cli import main
 from drkernel.env.result import EnvironmentFailure, EvalResult
@@ -91,7 +91,7 @@ class FakeExecutor:
     def __init__(self, *args, **kwargs):
         self.closed = False
 
-    def evaluate(self, task, candidate, *, seed=None, config=None):
+    def grade(self, task, candidate, *, seed=None, options=None):
         if task.name == "02_add":
             raise EnvironmentFailure("worker could not start\nmore detail")
         if task.name == "01_relu":
@@ -199,7 +199,7 @@ def test_cli_exit_codes(tmp_path, monkeypatch, capsys):
         assert main(["bench", "--suite", str(MINI), "--device", "cuda", "--out", str(tmp_path)]) == 3
         assert "environment failure" in capsys.readouterr().err
     # an environment failure during the run: outputs written, exit 3
-    monkeypatch.setattr(executors, "get_executor", lambda *a, **k: FakeExecutor())
+    monkeypatch.setattr(grader_mod, "LocalGrader", lambda *a, **k: FakeExecutor())
     out = tmp_path / "env_fail"
     assert main(["bench", "--suite", str(MINI), "--device", "cpu", "--out", str(out), "--no-plot"]) == 3
     err = capsys.readouterr().err
