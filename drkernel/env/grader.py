@@ -90,11 +90,13 @@ class GraderBase:
 
         token = CancelToken()
         fut = self._threads.submit(self._grade_cancellable, task, source, seed, dict(options or {}), token)
+        wrapped = asyncio.wrap_future(fut)
         try:
-            return await asyncio.shield(asyncio.wrap_future(fut))
+            return await asyncio.shield(wrapped)
         except asyncio.CancelledError:
             token.cancel()
             fut.cancel()
+            wrapped.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning
             raise
 
     def _grade(self, task: Task, source: str, *, seed: int | None, options: dict[str, Any]) -> EvalResult:
