@@ -266,11 +266,14 @@ class Evaluation:
         self._acquire()
         self._load()
         self._enter(Stage.CORRECTNESS)
-        self._correctness()
-        self._determinism()
+        try:
+            self._correctness()
+            self._determinism()
+        finally:
+            self._launch_flags()  # launch rules also over the calls of a failed run (hack flags)
         self.completed.add(Stage.CORRECTNESS)
         self._enter(Stage.LAUNCHES)
-        self._launches()
+        self.completed.add(Stage.LAUNCHES)
         if not self._worth_timing():
             return
         t_wait = time.monotonic()
@@ -311,7 +314,7 @@ class Evaluation:
     def _acquire(self) -> None:
         t0 = time.monotonic()
         with self.clock.part("process_start"):
-            self.proc = self._acquire_fn(self.device, self.config.load_timeout_s)
+            self.proc = self._acquire_fn(self.device, max(120.0, self.config.load_timeout_s))
         self._deadline += time.monotonic() - t0  # starting a worker is the grader's time, not the candidate's
         self.proc.set_limits(self.config.memory_limit_mb, self.config.output_limit_bytes)
         self.result.details["warm_process"] = bool(getattr(self.proc, "warm", False))
@@ -363,7 +366,7 @@ class Evaluation:
                        "(reads of uninitialised or stale memory)")
             raise _Stop
 
-    def _launches(self) -> None:
+    def _launch_flags(self) -> None:
         runs = self._run_replies
         counts = [sum(r.launches.values()) for r in runs]
         self.result.details["kernels_launched"] = sorted({n for r in runs for n in r.launches})
@@ -372,7 +375,6 @@ class Evaluation:
         elif counts and any(c == 0 for c in counts):
             self.result.add_hack("launch_inconsistent")
             self.result.details["launches_per_call"] = counts
-        self.completed.add(Stage.LAUNCHES)
 
     def _timing(self) -> None:
         plan, cfg = self.plan, self.config
