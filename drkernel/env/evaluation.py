@@ -14,7 +14,7 @@ An evaluation reads top to bottom (:meth:`Evaluation.run`)::
     compare (scale-aware tolerance)          <---    call forward, write the output, launch counts
     determinism: trial 1 again, other garbage
     launch rules
-    [exclusive per GPU] timing: pool seeds   --->    interleaved reference/candidate timing
+    [GPU gate, exclusive] timing: pool seeds --->    interleaved reference/candidate timing
                      spot-check outputs here <---
                         profiling            --->    coverage
     verdict (one place), feedback; close: the process is killed and discarded
@@ -90,14 +90,73 @@ class CancelToken:
 
 
 # -- process-wide resources -------------------------------------------------------------------------
-_DEVICE_LOCKS: dict[str, threading.Lock] = {}
-_DEVICE_LOCKS_GUARD = threading.Lock()
+class DeviceGate:
+    """Who may use one GPU: many evaluations at once for *shared* work (loading, compiling,
+    correctness calls, the grader's references and comparisons), one alone for *exclusive* work
+    (timing and profiling: one timed region per GPU, with nothing else of ours running on it).
+
+    A readers-writer lock with writer preference: once a timing waits, new shared work waits
+    behind it, and the timing starts as soon as the shared requests in flight return. Shared work
+    is taken per request, so a timing waits at most one request per concurrent evaluation. The
+    thread holding the exclusive side may also enter the shared side (it already owns the GPU).
+    ``check`` is called while waiting (cancellation raises through it).
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer: int | None = None
+        self._waiting_writers = 0
+
+    @contextlib.contextmanager
+    def shared(self, check: Callable[[], None] | None = None) -> Iterator[None]:
+        me = threading.get_ident()
+        if self._writer == me:
+            yield
+            return
+        with self._cond:
+            while self._writer is not None or self._waiting_writers:
+                self._cond.wait(0.2)
+                if check:
+                    check()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self, check: Callable[[], None] | None = None) -> Iterator[None]:
+        with self._cond:
+            self._waiting_writers += 1
+            try:
+                while self._writer is not None or self._readers:
+                    self._cond.wait(0.2)
+                    if check:
+                        check()
+                self._writer = threading.get_ident()
+            finally:
+                self._waiting_writers -= 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = None
+                self._cond.notify_all()
 
 
-def device_lock(device: str) -> threading.Lock:
-    """The lock that makes timing and profiling exclusive on one GPU (one timed region at a time)."""
-    with _DEVICE_LOCKS_GUARD:
-        return _DEVICE_LOCKS.setdefault(device, threading.Lock())
+_GATES: dict[str, DeviceGate] = {}
+_GATES_GUARD = threading.Lock()
+
+
+def device_gate(device: str) -> DeviceGate | None:
+    """The process-wide gate of a GPU (None on CPU: CPU timings run concurrently, one core each)."""
+    if not device.startswith("cuda"):
+        return None
+    with _GATES_GUARD:
+        return _GATES.setdefault(device, DeviceGate())
 
 
 _TF32_LOCK = threading.Lock()
@@ -209,12 +268,13 @@ class Evaluation:
     """One candidate against one prepared task. ``Evaluation(...).run()`` returns the EvalResult.
 
     ``acquire(device, timeout_s)`` supplies the candidate's process (a warm spare, or a fresh one);
-    ``exclusive`` is the lock held around timing and profiling (one timed region per GPU);
+    ``gate`` is the device's :class:`DeviceGate` (default: the process-wide one of the device;
+    None on CPU): timing and profiling hold it exclusively, other GPU work shares it;
     ``cancel`` ends the evaluation from another thread (EvaluationCancelled).
     """
 
     def __init__(self, prepared: PreparedTask, source: str, *, seed: int | None, config: EvalConfig,
-                 acquire: ProcessSource = fresh_process, exclusive: Any = None,
+                 acquire: ProcessSource = fresh_process, gate: DeviceGate | None | str = "default",
                  cancel: CancelToken | None = None):
         self.prepared = prepared
         self.source = source
@@ -222,8 +282,7 @@ class Evaluation:
         self.config = config
         self.device = prepared.device
         self._acquire_fn = acquire
-        self.exclusive = exclusive if exclusive is not None else (
-            device_lock(self.device) if self.device.startswith("cuda") else contextlib.nullcontext())
+        self.gate = device_gate(prepared.device) if gate == "default" else gate
         self.cancel = cancel or CancelToken()
         self.result = EvalResult(details={"task": prepared.task.name, "device": config.device,
                                           "task_size": prepared.task_size})
@@ -260,7 +319,7 @@ class Evaluation:
 
     def _flow(self) -> None:
         self._static()
-        with self.clock.part("references"):
+        with self.clock.part("references"), self._shared():
             self._references()
         self._enter(Stage.COMPILE)
         self._acquire()
@@ -276,11 +335,7 @@ class Evaluation:
         self.completed.add(Stage.LAUNCHES)
         if not self._worth_timing():
             return
-        t_wait = time.monotonic()
         with self._exclusive():
-            waited = time.monotonic() - t_wait
-            self._deadline += waited  # queueing for the GPU is not the candidate's time
-            self.clock.add("gpu_queue", waited)
             self._enter(Stage.TIMING)
             self._timing()
             if not self.config.profile or not self._worth_timing():
@@ -472,7 +527,7 @@ class Evaluation:
                 (self.proc.workdir / r.out["file"]).unlink(missing_ok=True)
         except (TensorIOError, OSError, TypeError, KeyError) as exc:
             return self._trial_failed(f"{desc}: unreadable output ({exc})")
-        with self.clock.part("compare"):
+        with self._shared(), self.clock.part("compare"):
             cmp = self._compare(out, ref.out)
         if not cmp.ok:
             self.result.details.setdefault("first_failure", {"trial": desc, **cmp.to_dict()})
@@ -499,7 +554,7 @@ class Evaluation:
 
     def _request(self, req: Any, stage_timeout_s: float, part: str, desc: str | None = None) -> Reply:
         self._check_cancel()
-        with self.clock.part(part):
+        with self._shared(), self.clock.part(part):
             reply = self.proc.request(req, self._remaining(stage_timeout_s))
         if reply.tampered:
             self.result.add_hack("harness_tampered")
@@ -528,16 +583,26 @@ class Evaluation:
 
     @contextlib.contextmanager
     def _exclusive(self) -> Iterator[None]:
-        lock = self.exclusive
-        if isinstance(lock, contextlib.nullcontext):
+        with self._gate("exclusive"):
+            yield
+
+    @contextlib.contextmanager
+    def _shared(self) -> Iterator[None]:
+        with self._gate("shared"):
+            yield
+
+    @contextlib.contextmanager
+    def _gate(self, side: str) -> Iterator[None]:
+        """Enter the GPU gate; the wait is queueing for the GPU, not the candidate's time."""
+        if self.gate is None:
             yield
             return
-        while not lock.acquire(timeout=0.2):
-            self._check_cancel()
-        try:
+        t0 = time.monotonic()
+        with getattr(self.gate, side)(self._check_cancel):
+            waited = time.monotonic() - t0
+            self._deadline += waited
+            self.clock.add("gpu_queue", waited)
             yield
-        finally:
-            lock.release()
 
     def _worth_timing(self) -> bool:
         r = self.result
@@ -628,5 +693,5 @@ def evaluate(task: Task | os.PathLike | str, source: str | os.PathLike, *, seed:
     return Evaluation(prepared, src, seed=seed, config=config, cancel=cancel).run()
 
 
-__all__ = ["evaluate", "Evaluation", "EvaluationCancelled", "CancelToken", "Plan", "device_lock", "fresh_process",
+__all__ = ["evaluate", "Evaluation", "EvaluationCancelled", "CancelToken", "Plan", "DeviceGate", "device_gate", "fresh_process",
            "as_task", "as_source", "resolve_device"]

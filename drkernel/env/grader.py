@@ -152,8 +152,9 @@ class LocalGrader(GraderBase):
       and the CUDA context imported/created); each serves one candidate and is discarded.
     * **Per-GPU scheduling**: on CUDA, evaluations are spread over ``devices`` (default: every
       visible GPU, least busy first); up to ``per_gpu`` candidates of one GPU load, compile and
-      run their correctness trials at once, while timing and profiling hold the GPU's lock (one
-      timed region per GPU at a time). On CPU, ``capacity`` defaults to the core count.
+      run their correctness trials at once, while timing and profiling hold the GPU's gate
+      exclusively (one timed region per GPU, nothing else of this grader on that GPU meanwhile;
+      :class:`~drkernel.env.evaluation.DeviceGate`). On CPU, ``capacity`` defaults to the core count.
     * **Cached references**: a task is loaded once and its reference outputs per seed are reused
       across candidates (``cache_tasks`` tasks, ``ref_cache_bytes`` of outputs per task).
 
@@ -199,9 +200,7 @@ class LocalGrader(GraderBase):
 
     def _grade_cancellable(self, task: Task, source: str, seed: int | None, options: dict[str, Any],
                            token: Any) -> EvalResult:
-        import contextlib
-
-        from drkernel.env.evaluation import CancelToken, Evaluation, device_lock, fresh_process
+        from drkernel.env.evaluation import CancelToken, Evaluation, device_gate, fresh_process
 
         if "device" in options and options["device"] != self.config.device:
             raise ValueError(f"options cannot change the device of a LocalGrader ({self.config.device})")
@@ -218,10 +217,9 @@ class LocalGrader(GraderBase):
                 self._active[device] += 1
             try:
                 prepared = self.prepared.get(task, config.resolved_task_size(), device)
-                exclusive = device_lock(device) if device.startswith("cuda") else contextlib.nullcontext()
                 acquire = self.pool.acquire if self.warm else fresh_process
                 return Evaluation(prepared, source, seed=seed, config=config, acquire=acquire,
-                                  exclusive=exclusive, cancel=token).run()
+                                  gate=device_gate(device), cancel=token).run()
             finally:
                 with self._active_lock:
                     self._active[device] -= 1

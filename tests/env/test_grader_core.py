@@ -32,7 +32,7 @@ class ModelNew(nn.Module):
 '''
 
 
-@pytest.mark.parametrize("limit, stage", [(3, "timing"), (7, "profiling")])
+@pytest.mark.parametrize("limit, stage", [(3, "timing"), pytest.param(7, "profiling", marks=pytest.mark.slow)])
 def test_candidate_raising_while_timed_or_profiled_fails(limit, stage):
     """Defect 1: a kernel that raises while timed (or profiled) was reported passed."""
     # calls: trial 1, determinism re-run, then timing (1 warm-up + 3 timed), then profiling
@@ -42,6 +42,7 @@ def test_candidate_raising_while_timed_or_profiled_fails(limit, stage):
     assert "Status: correct" not in r.feedback and r.speedup is None
 
 
+@pytest.mark.slow
 def test_a_string_naming_a_file_is_source_not_a_path():
     """Defect 2: a one-line string naming a bundled solution was read from the grader's disk."""
     solution = ROOT / "envs/single_ops/solutions/01_relu.py"
@@ -51,6 +52,7 @@ def test_a_string_naming_a_file_is_source_not_a_path():
     assert evaluate(task, solution, seed=0, config=FAST).passed  # an explicit Path is read
 
 
+@pytest.mark.slow
 def test_grader_side_references_are_done_before_the_candidate_runs(tmp_path):
     """Defect 3: the grader's own reference forwards ran after the candidate's process had started
     (a candidate filling GPU memory in __init__ made evaluate() raise CUDA OOM in the grader). Here
@@ -141,6 +143,7 @@ def test_eight_threads_give_the_sequential_verdicts_and_inputs():
     assert out == seq + seq
 
 
+@pytest.mark.slow
 def test_total_timeout_bounds_the_evaluation():
     """Defect 6: per-request deadlines added up; total_timeout_s bounds the whole evaluation."""
     cand = _KERNEL + '''
@@ -156,6 +159,7 @@ class ModelNew(nn.Module):
     assert r.compiled and not r.correct and "timed out" in r.error.message and r.error.stage == "correctness"
 
 
+@pytest.mark.slow
 def test_cancel_kills_the_candidate(tmp_path):
     """Defect 6: an evaluation can be cancelled from outside; its process group is killed."""
     from drkernel.env.evaluation import CancelToken, EvaluationCancelled
@@ -270,3 +274,45 @@ def test_cpu_coverage_is_not_inflated_by_a_torch_fallback():
     assert "aten::" in r.details["profile"]["reason"] and "matmul" in r.details["profile"]["reason"]
     honest = evaluate(PROBE_TASK, HONEST, seed=0, config=TIMED)
     assert honest.passed and honest.coverage == 1.0
+
+
+def test_device_gate_keeps_timing_alone_on_its_gpu():
+    """Issue 8 scheduling: shared GPU work runs concurrently; an exclusive (timed) region runs alone,
+    and shared work arriving while it waits queues behind it."""
+    from drkernel.env.evaluation import DeviceGate
+
+    gate, log, lock = DeviceGate(), [], threading.Lock()
+
+    def shared(i):
+        with gate.shared():
+            with lock:
+                log.append(("s+", i))
+            time.sleep(0.2)
+            with lock:
+                log.append(("s-", i))
+
+    def exclusive():
+        with gate.exclusive():
+            with lock:
+                log.append(("x+", 0))
+            with gate.shared():  # the holder may do shared work (comparisons) itself
+                time.sleep(0.2)
+            with lock:
+                log.append(("x-", 0))
+
+    first = [threading.Thread(target=shared, args=(i,)) for i in range(3)]
+    for t in first:
+        t.start()
+    time.sleep(0.05)
+    x = threading.Thread(target=exclusive)
+    x.start()
+    time.sleep(0.05)
+    late = threading.Thread(target=shared, args=(9,))
+    late.start()
+    for t in first + [x, late]:
+        t.join(5)
+    kinds = [k for k, _ in log]
+    assert kinds[:3] == ["s+"] * 3  # shared work overlapped
+    xi, xo = kinds.index("x+"), kinds.index("x-")
+    assert kinds[xi + 1] == "x-" and xo == xi + 1  # nothing inside the exclusive region
+    assert all(k == "s-" for k in kinds[3:xi]) and log[xo + 1] == ("s+", 9)  # the late one waited

@@ -46,6 +46,7 @@ def test_references_are_computed_once_per_task_and_seed():
     assert torch.equal(a.out, -2.0 * p.loaded.draw_inputs(7, "native")[0])
 
 
+@pytest.mark.slow
 def test_evaluate_executes_the_task_once(monkeypatch):
     """Cost (issue 8): the task ran three times plus two reference builds per evaluation."""
     from drkernel.env.config import EvalConfig
