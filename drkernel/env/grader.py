@@ -156,7 +156,8 @@ class LocalGrader(GraderBase):
       exclusively (one timed region per GPU, nothing else of this grader on that GPU meanwhile;
       :class:`~drkernel.env.evaluation.DeviceGate`). On CPU, ``capacity`` defaults to the core count.
     * **Cached references**: a task is loaded once and its reference outputs per seed are reused
-      across candidates (``cache_tasks`` tasks, ``ref_cache_bytes`` of outputs per task).
+      across candidates (``cache_tasks`` tasks, ``ref_cache_bytes`` of outputs per task, kept on
+      the evaluation device: at most ``cache_tasks * ref_cache_bytes``, 8 GiB by default).
 
     ``config`` is the base protocol; per-call ``options`` override its fields (not ``device``).
     ``grade`` calls beyond ``capacity`` wait for a free slot. ``close()`` waits for evaluations in
@@ -165,7 +166,7 @@ class LocalGrader(GraderBase):
 
     def __init__(self, config: EvalConfig | None = None, *, capacity: int | None = None,
                  devices: list[str] | None = None, spares: int | None = None, per_gpu: int = 4,
-                 warm: bool = True, cache_tasks: int = 32, ref_cache_bytes: int = 2 << 30):
+                 warm: bool = True, cache_tasks: int = 8, ref_cache_bytes: int = 1 << 30):
         from drkernel.env.evaluation import resolve_device
         from drkernel.env.prepared import PreparedCache
         from drkernel.env.sandbox import WarmPool

@@ -88,7 +88,7 @@ class CandidateProcess:
         import tempfile
 
         self.device = device
-        self.workdir = Path(tempfile.mkdtemp(prefix="drkernel-", dir=workdir_root))
+        self.workdir = Path(tempfile.mkdtemp(prefix="drkernel-", dir=workdir_root or workdir_root_default()))
         self.memory_limit = memory_limit_mb << 20
         self.output_limit = output_limit_bytes
         self._tail: deque[bytes] = deque()
@@ -317,6 +317,21 @@ def _child_limits() -> None:  # runs in the child between fork and exec
     import resource
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+_SHM_MIN_FREE = 4 << 30
+
+
+def workdir_root_default() -> str | None:
+    """Candidate outputs come back as files: put them on /dev/shm (memory) when it is writable and
+    roomy. Containers often mount a 64 MiB /dev/shm, too small for full-size tasks, so below 4 GiB
+    free the default temporary directory is used instead."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    roomy = st.f_bavail * st.f_frsize >= _SHM_MIN_FREE
+    return "/dev/shm" if roomy and os.access("/dev/shm", os.W_OK) else None
 
 
 def _physical_gpu(index: int) -> str:

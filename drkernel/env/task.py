@@ -6,6 +6,7 @@ The grader loads it in its own process; the candidate never supplies inputs or c
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import types
@@ -198,8 +199,13 @@ class LoadedTask:
 
     def draw_inputs(self, seed: int, distribution: str, device: str = "cpu") -> list[Any]:
         """Inputs for one trial: ``get_inputs()`` under ``seed``, moved to ``device``, then the
-        distribution's transform. Identical in the grader and in the candidate's process."""
-        inputs = self._call("get_inputs", seed)
+        distribution's transform. Identical in the grader and in the candidate's process.
+
+        On a GPU the draw itself runs there: factories without an explicit device (``torch.randn``)
+        create their tensors on ``device`` with a CUDA generator (a 256 MiB ``randn`` takes about a
+        second on the CPU and microseconds on an H100; both sides draw on the same GPU, so they
+        still agree bit for bit)."""
+        inputs = self._call("get_inputs", seed, device if str(device).startswith("cuda") else None)
         try:
             inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
         except (RuntimeError, AssertionError) as exc:
@@ -207,11 +213,15 @@ class LoadedTask:
                             f"{type(exc).__name__}: {_first_line(exc)}") from exc
         return transform_inputs(inputs, distribution, seed)
 
-    def _call(self, fn_name: str, seed: int) -> list[Any]:
-        """``fn_name()`` of the task under :class:`SeededRandom`. A failure is the task's (TaskError):
-        e.g. KernelBench's own ``get_inputs`` calls ``.cuda()``, which cannot run on a CPU machine."""
+    def _call(self, fn_name: str, seed: int, device: str | None = None) -> list[Any]:
+        """``fn_name()`` of the task under :class:`SeededRandom` (and ``torch.device(device)`` when
+        given). A failure is the task's (TaskError): e.g. KernelBench's own ``get_inputs`` calls
+        ``.cuda()``, which cannot run on a CPU machine."""
         try:
-            with SeededRandom(seed):
+            with contextlib.ExitStack() as stack:
+                if device is not None:
+                    stack.enter_context(torch.device(device))
+                stack.enter_context(SeededRandom(seed))
                 value = getattr(self.module, fn_name)()
         except Exception as exc:  # noqa: BLE001 - the task is trusted code; any failure is the task's
             raise TaskError(f"task {self.task.name}: {fn_name}() failed: {type(exc).__name__}: "

@@ -328,7 +328,7 @@ def main(argv: list[str]) -> int:
         except CandidateError as exc:
             reply = P.Failure(stage=exc.stage, error=exc.message, fault="candidate")
         except BaseException as exc:  # noqa: BLE001 - after the candidate loaded, its process is its own
-            fault = "candidate" if harness.model is not None else "harness"
+            fault = "candidate" if harness.candidate_file is not None else "harness"
             reply = P.Failure(stage=stage, error=_trim_traceback(exc, harness.candidate_file), fault=fault)
         send(encode(reply, sorted(set(harness.tampered()) | set(harness.tampered_before))))
 

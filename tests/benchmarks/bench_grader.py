@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
                     "(default 10 on cuda, 3 on cpu)")
     ap.add_argument("--spread-task", default=None, help="task id for the spread (default: the first task)")
     ap.add_argument("--skip-fresh", action="store_true")
+    ap.add_argument("--skip-warmup", action="store_true", help="no Triton-cache warm-up pass (cache already warm)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
@@ -69,21 +70,31 @@ def main(argv: list[str] | None = None) -> int:
         "timing_trials": config.timing_trials, "warmup": config.warmup,
         "trials_per_distribution": config.trials_per_distribution}}
 
-    def run_fresh() -> tuple[float, list]:
+    def show(arm: str, tid: str, r) -> None:
+        st = r.details.get("stage_seconds", {})
+        parts = " ".join(f"{k}={v:.2f}" for k, v in sorted(st.items(), key=lambda kv: -kv[1]) if v >= 0.01)
+        print(f"  [{arm}] {tid:<24} {'PASS' if r.passed else 'FAIL'} {r.details.get('eval_seconds', 0):6.2f}s  {parts}",
+              flush=True)
+
+    def run_fresh(arm: str) -> tuple[float, list]:
         t0 = time.monotonic()
-        rs = [evaluate(task, src, seed=i, config=config) for i, (_, task, src) in enumerate(jobs)]
+        rs = []
+        for i, (tid, task, src) in enumerate(jobs):
+            rs.append(evaluate(task, src, seed=i, config=config))
+            show(arm, tid, rs[-1])
         return time.monotonic() - t0, rs
 
     # 1. warm-up: Triton cache filled for both arms
-    t0 = time.monotonic()
-    warm_rs = run_fresh()[1]
-    out["warmup_s"] = time.monotonic() - t0
-    bad = [j[0] for j, r in zip(jobs, warm_rs) if not r.passed]
-    print(f"warm-up pass: {out['warmup_s']:.1f}s; not passing: {bad or 'none'}", flush=True)
+    if not args.skip_warmup:
+        t0 = time.monotonic()
+        warm_rs = run_fresh("warm-up")[1]
+        out["warmup_s"] = time.monotonic() - t0
+        bad = [j[0] for j, r in zip(jobs, warm_rs) if not r.passed]
+        print(f"warm-up pass: {out['warmup_s']:.1f}s; not passing: {bad or 'none'}", flush=True)
 
     # 2. fresh process per evaluation
     if not args.skip_fresh:
-        fresh_s, fresh_rs = run_fresh()
+        fresh_s, fresh_rs = run_fresh("fresh")
         out["fresh"] = {"seconds": fresh_s, "evals_per_min": 60 * len(jobs) / fresh_s,
                         "latency_s": [r.details["eval_seconds"] for r in fresh_rs]}
 
@@ -100,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             t = time.monotonic()
             r = grader.grade(task, src, seed=i)
             lat.append(time.monotonic() - t)
+            show("warm", jobs[i][0], r)
             return r
 
         t0 = time.monotonic()
@@ -121,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         speedups = []
         for i in range(repeat):
             r = grader.grade(task, src, seed=1000 + i)
+            show("spread", spread_id, r)
             if r.speedup:
                 speedups.append(r.speedup)
         out["spread"] = {"task": spread_id, "speedups": speedups,

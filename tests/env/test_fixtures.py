@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from drkernel.env.config import EvalConfig, cpu_fast
-from drkernel.env.evaluation import evaluate
+from drkernel.env.grader import LocalGrader
+from drkernel.env.task import Task
 
 FIX = Path(__file__).parent / "fixtures"
 MANIFEST = yaml.safe_load((FIX / "manifest.yaml").read_text())
@@ -27,10 +28,18 @@ def _config() -> EvalConfig:
     return EvalConfig(device=DEVICE, timing_trials=10, warmup=2)
 
 
+@pytest.fixture(scope="module")
+def grader():
+    """One warm LocalGrader for the corpus: spare processes start while the previous fixture is
+    graded (each candidate still gets a process of its own)."""
+    with LocalGrader(_config(), capacity=1, spares=2) as g:
+        yield g
+
+
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e["candidate"] for e in ENTRIES])
-def test_fixture_verdict(entry):
-    r = evaluate(FIX / "tasks" / entry["task"], FIX / "candidates" / entry["candidate"], seed=20261122,
-                 config=_config())
+def test_fixture_verdict(entry, grader):
+    task = Task.from_file(FIX / "tasks" / entry["task"])
+    r = grader.grade(task, (FIX / "candidates" / entry["candidate"]).read_text(), seed=20261122)
     expect = entry["expect"]
     summary = (f"compiled={r.compiled} correct={r.correct} hacked={r.hacked} reasons={r.hack_reasons} "
                f"error={r.error}\nfeedback:\n{r.feedback}")

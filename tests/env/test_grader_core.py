@@ -316,3 +316,31 @@ def test_device_gate_keeps_timing_alone_on_its_gpu():
     xi, xo = kinds.index("x+"), kinds.index("x-")
     assert kinds[xi + 1] == "x-" and xo == xi + 1  # nothing inside the exclusive region
     assert all(k == "s-" for k in kinds[3:xi]) and log[xo + 1] == ("s+", 9)  # the late one waited
+
+
+@pytest.mark.slow
+def test_warm_pool_hands_each_process_out_once_and_closes_its_spares():
+    """Warm processes (issue 8): started ahead, one candidate each, spares killed on close."""
+    from drkernel.env.conformance import _alive
+    from drkernel.env.sandbox import WarmPool
+
+    pool = WarmPool(spares=1)
+    pool.prewarm("cpu")
+    deadline = time.monotonic() + 120
+    while pool.ready_count("cpu") < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    a = pool.acquire("cpu")
+    b = pool.acquire("cpu")
+    try:
+        assert a.warm and a.proc.pid != b.proc.pid and a.hello.ready
+    finally:
+        a.close()
+        b.close()
+    while pool.ready_count("cpu") < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    spare_pids = [p.proc.pid for q in pool._ready.values() for p in q]
+    pool.close()
+    time.sleep(0.3)
+    assert spare_pids and not any(_alive(p) for p in spare_pids + [a.proc.pid, b.proc.pid])
+    with pytest.raises(RuntimeError):
+        pool.acquire("cpu")
