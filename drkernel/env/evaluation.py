@@ -507,7 +507,8 @@ class Evaluation:
         reply = self._request(req, self.config.call_timeout_s, "correctness", desc=desc)
         r = reply.body
         self._run_replies.append(r)
-        self.clock.add("transfers", r.write_s)
+        self.clock.add("transfers", r.write_s)  # measured in the worker, inside the correctness request
+        self.clock.add("correctness", -r.write_s)
         if r.threads_delta > 0 or (not first and r.os_threads_delta > 0):
             self.result.add_hack("threads_spawned")
         if r.lazy:

@@ -165,7 +165,7 @@ class LocalGrader(GraderBase):
     """
 
     def __init__(self, config: EvalConfig | None = None, *, capacity: int | None = None,
-                 devices: list[str] | None = None, spares: int | None = None, per_gpu: int = 4,
+                 devices: list[str] | None = None, spares: int | None = None, per_gpu: int = 6,
                  warm: bool = True, cache_tasks: int = 8, ref_cache_bytes: int = 1 << 30):
         from drkernel.env.evaluation import resolve_device
         from drkernel.env.prepared import PreparedCache
@@ -187,7 +187,9 @@ class LocalGrader(GraderBase):
         super().__init__(capacity)
         self.warm = warm
         per_device = -(-capacity // len(self.devices))
-        self.pool = WarmPool(spares=(spares if spares is not None else min(per_device, 4)) if warm else 0)
+        # a burst of `capacity` evaluations takes every spare at once; replacements take seconds to
+        # start, so twice the per-device concurrency is kept ready (at most 8: memory, CUDA contexts)
+        self.pool = WarmPool(spares=(spares if spares is not None else min(2 * per_device, 8)) if warm else 0)
         self.prepared = PreparedCache(max_tasks=cache_tasks, cache_bytes=ref_cache_bytes)
         self._slots = threading.BoundedSemaphore(capacity)
         self._active = {d: 0 for d in self.devices}
