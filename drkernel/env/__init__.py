@@ -6,7 +6,9 @@ Public names (imported lazily, so ``import drkernel.env`` stays cheap)::
     with LocalGrader(EvalConfig(device="cpu")) as grader:
         result = grader.grade(Task.from_file("ref.py"), candidate_source, seed=0)
 
-``evaluate(task, source, *, seed, config)`` grades one candidate in the calling thread.
+``evaluate(task, source, *, seed, config)`` grades one candidate in the calling thread (``source`` is
+source text; only a ``pathlib.Path`` is read from disk). ``check_grader(make_grader)`` is the
+conformance suite any Grader implementation passes.
 """
 
 from __future__ import annotations
@@ -16,6 +18,11 @@ from typing import Any
 
 _EXPORTS = {
     "evaluate": "drkernel.env.evaluation",
+    "Evaluation": "drkernel.env.evaluation",
+    "EvaluationCancelled": "drkernel.env.evaluation",
+    "CancelToken": "drkernel.env.evaluation",
+    "Stage": "drkernel.env.result",
+    "check_grader": "drkernel.env.conformance",
     "EvalConfig": "drkernel.env.config",
     "EvalResult": "drkernel.env.result",
     "EvalError": "drkernel.env.result",

@@ -46,7 +46,7 @@ def compare_outputs(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: flo
                           None, None, bad / ref.numel())
     # Compare on the reference's device (a GPU compares 64M elements in milliseconds), in float64.
     wide = torch.complex128 if ref.is_complex() else torch.float64
-    o = out.detach().to(ref.device, wide)
+    o = out.detach().to(ref.device).to(wide)  # move in its own dtype, widen on the device
     r = ref.detach().to(wide)
     ref_finite = torch.isfinite(r)
     # Non-finite reference entries must be matched exactly (NaN where NaN, same infinity).

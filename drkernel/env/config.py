@@ -63,6 +63,9 @@ class EvalConfig:
     """Deadline for one correctness call (includes Triton JIT compilation on first launch)."""
     timing_timeout_s: float = 300.0
     """Deadline for the whole timing phase."""
+    total_timeout_s: float = 300.0
+    """Deadline for the whole evaluation, end to end (time spent queueing for a GPU or starting a
+    worker process excluded); the per-stage deadlines above are capped by what is left of it."""
     memory_limit_mb: int = 16384
     """Resident memory cap of the candidate process (host RAM); exceeded -> killed, failed result."""
     output_limit_bytes: int = 4 << 20
@@ -93,6 +96,8 @@ class EvalConfig:
             raise ValueError(f"unknown input distribution(s) {bad}; known: {list(DISTRIBUTIONS)}")
         if self.reference_backend not in ("eager", "torch_compile"):
             raise ValueError(f"reference_backend must be 'eager' or 'torch_compile', got {self.reference_backend!r}")
+        if self.total_timeout_s <= 0:
+            raise ValueError(f"total_timeout_s must be > 0, got {self.total_timeout_s}")
         if self.trials_per_distribution < 1 or self.timing_trials < 1:
             raise ValueError("trials_per_distribution and timing_trials must be >= 1")
         return self

@@ -1,144 +1,162 @@
-"""``evaluate(task, candidate, *, seed, config) -> EvalResult``: grade one candidate.
+"""Grading one candidate: :class:`Evaluation`, and ``evaluate(task, source, *, seed, config)``.
 
-Data flow (docs/architecture.md has the picture)::
+An evaluation reads top to bottom (:meth:`Evaluation.run`)::
 
-    grader process                                  candidate process (fresh, own process group)
-    -------------------------------------------     ------------------------------------------------
+    grader process                                   candidate process (warm spare, own process group)
+    --------------------------------------------     -------------------------------------------------
     static checks on the candidate's AST
-    load the reference; draw hidden seeds
-    build Model under the init seed          --->   load: reference + candidate; ModelNew under the
-                                                    same init seed (identical weights)
-    per trial: inputs from a hidden seed and a
-    distribution; reference output here      --->   run: clone inputs, pre-fill memory with garbage,
-                                                    call forward, record own Triton launches, check
-    compare (scale-aware tolerance)          <---   output type/storage/aliasing, input mutation
-    determinism: re-run with another garbage
-    timing: pool seeds, per-call factors     --->   time: interleaved ref/candidate, L2 flush,
-    spot-check timed outputs here            <---   events + host clock, launches per timed call
-    coverage                                 --->   profile
-    verdict + feedback
+    prepare: task loaded once (PreparedTask);
+      reference model + outputs of every trial
+      and spot-checked timed call, cached per seed
+    acquire a process  ------------------------->    (started ahead: torch, triton, CUDA context up)
+    load    ---------------------------------->      reference + candidate, same init stream
+    correctness trials: seed + distribution --->     draw inputs from the seed, pre-fill garbage,
+    compare (scale-aware tolerance)          <---    call forward, write the output, launch counts
+    determinism: trial 1 again, other garbage
+    launch rules
+    [GPU gate, exclusive] timing: pool seeds --->    interleaved reference/candidate timing
+                     spot-check outputs here <---
+                        profiling            --->    coverage
+    verdict (one place), feedback; close: the process is killed and discarded
 
-The candidate never sees a seed before the call that uses it, never holds a reference output,
-and never computes its own verdict.
+The candidate never sees a seed before the request that uses it, never holds a reference output
+computed by the grader, and never computes its own verdict. Its inputs are drawn in its process
+with the grader's code from the seed, so no input tensor is shipped; only its outputs come back.
+
+Faults: what the candidate does (raises, hangs, crashes, floods, exhausts memory, sends garbage) is
+its verdict, at the stage it was in; an unusable task raises TaskError; a failure of the grader
+itself raises EnvironmentFailure; a cancelled evaluation raises :class:`EvaluationCancelled`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
-import shutil
-import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
 
-from drkernel.env.compare import aliases, compare_outputs, is_dense
+from drkernel.env.compare import compare_outputs
 from drkernel.env.config import EvalConfig
 from drkernel.env.feedback import build_feedback
-from drkernel.env.result import EvalError, EvalResult
-from drkernel.env.sandbox import CandidateFailure, CandidateProcess, worker_env
+from drkernel.env.prepared import PreparedTask, ReferenceOutput, TrialKey
+from drkernel.env.protocol import LoadRequest, ProfileRequest, Reply, RunRequest, TimeRequest
+from drkernel.env.result import EnvironmentFailure, EvalError, EvalResult, Stage
+from drkernel.env.sandbox import CandidateFailure, CandidateProcess
 from drkernel.env.static_checks import check_source
-from drkernel.env.task import LoadedTask, Task, scale_floats, tensors_in, trial_seeds
-from drkernel.env.tensor_io import TensorIOError, encode_args, read_tensor
+from drkernel.env.task import Task, TaskError, trial_seeds
+from drkernel.env.tensor_io import TensorIOError, read_tensor
 
 GRAD_MODES = ("no_grad", "enable_grad", "inference_mode")
 
 
-def _as_task(task: Task | str | os.PathLike, entry_point: str) -> Task:
-    if isinstance(task, Task):
-        return task
-    if isinstance(task, (str, os.PathLike)) and "\n" not in str(task) and Path(task).suffix == ".py":
-        return Task.from_file(task, entry_point=entry_point)
-    return Task.from_source(str(task), entry_point=entry_point)
+class EvaluationCancelled(Exception):
+    """The evaluation was cancelled from outside; its candidate process was killed."""
 
 
-def _as_candidate_source(candidate: str | os.PathLike) -> str:
-    if isinstance(candidate, os.PathLike) or (isinstance(candidate, str) and "\n" not in candidate
-                                              and candidate.endswith(".py") and Path(candidate).is_file()):
-        return Path(candidate).read_text(encoding="utf-8", errors="replace")
-    return str(candidate)
+class CancelToken:
+    """Cancels one evaluation from any thread: kills its process group, ends its wait."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._callbacks: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def on_cancel(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(fn)
+                return
+        fn()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            fn()
+
+    def wait(self, timeout: float) -> bool:
+        return self._event.wait(timeout)
 
 
-_SHM_MIN_FREE = 4 << 30
+# -- process-wide resources -------------------------------------------------------------------------
+class DeviceGate:
+    """Who may use one GPU: many evaluations at once for *shared* work (loading, compiling,
+    correctness calls, the grader's references and comparisons), one alone for *exclusive* work
+    (timing and profiling: one timed region per GPU, with nothing else of ours running on it).
 
-
-def _workdir_root() -> str | None:
-    """Tensors cross the process boundary as files: put them on /dev/shm (memory) when it is
-    writable and roomy. Containers often mount a 64 MiB /dev/shm, too small for full-size tasks,
-    so below 4 GiB free the default temporary directory is used instead."""
-    shm = Path("/dev/shm")
-    try:
-        st = os.statvfs(shm)
-    except OSError:
-        return None
-    roomy = st.f_bavail * st.f_frsize >= _SHM_MIN_FREE
-    return str(shm) if roomy and os.access(shm, os.W_OK) else None
-
-
-def _clip(text: str, limit: int = 2000) -> str:
-    """Keep the head (what failed) and the tail (the exception), drop the middle."""
-    text = text.strip()
-    if len(text) <= limit:
-        return text
-    head = limit // 3
-    return text[:head] + " ... " + text[-(limit - head - 5):]
-
-
-def _fail(result: EvalResult, stage: str, message: str) -> EvalResult:
-    if result.error is None:
-        result.error = EvalError(stage, _clip(message))
-    if stage in ("correctness", "timing", "profiling", "launches"):
-        result.correct = False
-    return result
-
-
-def evaluate(task: Task | str | os.PathLike, candidate: str | os.PathLike, *, seed: int | None = None,
-             config: EvalConfig | None = None) -> EvalResult:
-    """Grade ``candidate`` (source text or a path) against ``task`` (a :class:`Task`, a path or source).
-
-    ``seed`` fixes every hidden seed of the evaluation (inputs, weights, timing pools); None draws
-    them from the OS. Raises :class:`~drkernel.env.task.TaskError` for an unusable task and
-    :class:`~drkernel.env.result.EnvironmentFailure` when the grader cannot run; everything the
-    candidate does wrong is reported in the returned :class:`EvalResult`.
+    A readers-writer lock with writer preference: once a timing waits, new shared work waits
+    behind it, and the timing starts as soon as the shared requests in flight return. Shared work
+    is taken per request, so a timing waits at most one request per concurrent evaluation. The
+    thread holding the exclusive side may also enter the shared side (it already owns the GPU).
+    ``check`` is called while waiting (cancellation raises through it).
     """
-    config = (config or EvalConfig()).validate()
-    t_start = time.monotonic()
-    task = _as_task(task, config.entry_point)
-    source = _as_candidate_source(candidate)
-    result = EvalResult(details={"task": task.name, "device": config.device,
-                                 "task_size": config.resolved_task_size()})
-    # 1. static checks --------------------------------------------------------------------------
-    report = check_source(source, config.entry_point)
-    if report.syntax_error:
-        _fail(result, "compile", report.syntax_error)
-        return _finish(result, t_start)
-    if report.missing_class:
-        _fail(result, "compile", report.missing_class)
-        return _finish(result, t_start)
-    result.details["static"] = report.messages()
-    result.details["kernels_defined"] = report.kernels
-    for reason in report.hack_reasons:
-        result.add_hack(reason)
-    # 2. reference, seeds -----------------------------------------------------------------------
-    loaded = task.load(config.resolved_task_size())
-    device = "cuda" if config.device == "cuda" else config.device
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        from drkernel.env.result import EnvironmentFailure
 
-        raise EnvironmentFailure("device 'cuda' requested but torch.cuda.is_available() is False")
-    init_seed = trial_seeds(seed, 1, "init")[0]
-    init_inputs = loaded.init_inputs(init_seed)
-    ref_model = loaded.build_model(init_inputs, init_seed, device)
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer: int | None = None
+        self._waiting_writers = 0
 
-    workdir = Path(tempfile.mkdtemp(prefix="drkernel-", dir=_workdir_root()))
-    with _fp32_exact():
-        _evaluate_in(result, loaded, ref_model, config, seed, device, workdir, source, task, init_seed, init_inputs)
-    return _finish(result, t_start)
+    @contextlib.contextmanager
+    def shared(self, check: Callable[[], None] | None = None) -> Iterator[None]:
+        me = threading.get_ident()
+        if self._writer == me:
+            yield
+            return
+        with self._cond:
+            while self._writer is not None or self._waiting_writers:
+                self._cond.wait(0.2)
+                if check:
+                    check()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self, check: Callable[[], None] | None = None) -> Iterator[None]:
+        with self._cond:
+            self._waiting_writers += 1
+            try:
+                while self._writer is not None or self._readers:
+                    self._cond.wait(0.2)
+                    if check:
+                        check()
+                self._writer = threading.get_ident()
+            finally:
+                self._waiting_writers -= 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = None
+                self._cond.notify_all()
+
+
+_GATES: dict[str, DeviceGate] = {}
+_GATES_GUARD = threading.Lock()
+
+
+def device_gate(device: str) -> DeviceGate | None:
+    """The process-wide gate of a GPU (None on CPU: CPU timings run concurrently, one core each)."""
+    if not device.startswith("cuda"):
+        return None
+    with _GATES_GUARD:
+        return _GATES.setdefault(device, DeviceGate())
 
 
 _TF32_LOCK = threading.Lock()
@@ -148,8 +166,7 @@ _TF32_STATE: dict[str, Any] = {"active": 0, "saved": None}
 @contextlib.contextmanager
 def _fp32_exact() -> Iterator[None]:
     """TF32 off for the reference's matmuls and convolutions while any evaluation runs, and the
-    caller's settings restored when the last one ends (evaluate may run inside a trainer that wants
-    TF32; the ``pool`` executor runs several evaluations in threads, hence the count)."""
+    caller's settings restored when the last one ends (ref-counted across threads)."""
     with _TF32_LOCK:
         if _TF32_STATE["active"] == 0:
             _TF32_STATE["saved"] = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
@@ -164,267 +181,518 @@ def _fp32_exact() -> Iterator[None]:
                 torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = _TF32_STATE["saved"]
 
 
-def _evaluate_in(result: EvalResult, loaded: LoadedTask, ref_model: torch.nn.Module, config: EvalConfig,
-                 seed: int | None, device: str, workdir: Path, source: str, task: Task, init_seed: int,
-                 init_inputs: list[Any]) -> None:
-    """Steps 3-7 in a fresh candidate process; the work directory is removed afterwards."""
-    try:
-        digest = hashlib.sha256(source.encode()).hexdigest()[:12]
-        cand_file = workdir / f"candidate_{digest}.py"
-        cand_file.write_text(source, encoding="utf-8")
-        task_file = workdir / f"task_{task.digest}.py"
-        task_file.write_text(task.source, encoding="utf-8")
-        env = worker_env(device, config.resolved_task_size())
-        with CandidateProcess(workdir, env, config.memory_limit_mb, config.output_limit_bytes,
-                              start_timeout_s=config.load_timeout_s) as proc:
-            try:
-                _run_pipeline(result, proc, loaded, ref_model, config, seed, device, workdir,
-                              task_file, cand_file, init_seed, init_inputs)
-            except CandidateFailure as exc:
-                stage = result.details.get("stage_running", "correctness")
-                tail = f"\n{exc.output_tail.strip()[-1500:]}" if exc.output_tail.strip() else ""
-                _fail(result, stage, f"{exc.message}{tail}")
-            result.details["output_bytes"] = proc.output_bytes
-            if proc.output_bytes:
-                result.details["output_tail"] = proc.output_tail(2000)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+def _clip(text: str, limit: int = 2000) -> str:
+    """Keep the head (what failed) and the tail (the exception), drop the middle."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    head = limit // 3
+    return text[:head] + " ... " + text[-(limit - head - 5):]
 
 
-def _finish(result: EvalResult, t_start: float) -> EvalResult:
-    result.details.pop("stage_running", None)
-    result.details["eval_seconds"] = round(time.monotonic() - t_start, 3)
-    result.hacked = bool(result.hack_reasons)
-    result.feedback = build_feedback(result)
-    return result
+def resolve_device(device: str) -> str:
+    """``cuda`` -> ``cuda:<current>``; checks that CUDA is there (EnvironmentFailure otherwise)."""
+    if device == "cpu":
+        return device
+    if not torch.cuda.is_available():
+        raise EnvironmentFailure(f"device {device!r} requested but torch.cuda.is_available() is False")
+    return f"cuda:{torch.cuda.current_device()}" if device == "cuda" else device
 
 
-def _check_reply(result: EvalResult, reply: dict[str, Any]) -> None:
-    if reply.get("tampered"):
-        result.add_hack("harness_tampered")
-        result.details.setdefault("tampered", sorted(set(reply["tampered"])))
+class _Stop(Exception):
+    """Internal: the verdict is decided, stop running stages."""
 
 
-def _run_pipeline(result: EvalResult, proc: CandidateProcess, loaded: LoadedTask, ref_model: torch.nn.Module,
-                  config: EvalConfig, seed: int | None, device: str, workdir: Path, task_file: Path,
-                  cand_file: Path, init_seed: int, init_inputs: list[Any]) -> None:
-    # 3. load -----------------------------------------------------------------------------------
-    result.details["stage_running"] = "compile"
-    reply = proc.request({
-        "op": "load", "task_file": str(task_file), "candidate_file": str(cand_file), "device": device,
-        "task_size": loaded.task_size, "entry_point": loaded.task.entry_point, "init_seed": init_seed,
-        "init": encode_args(init_inputs, workdir, "init"), "reference_backend": config.reference_backend,
-    }, timeout_s=config.load_timeout_s)
-    _check_reply(result, reply)
-    if not reply.get("ok"):
-        _fail(result, reply.get("stage", "compile"), reply.get("error", "loading failed"))
-        return
-    result.compiled = True
-    if reply.get("threads_delta", 0) > 0:
-        result.add_hack("threads_spawned")  # started while importing the candidate or building ModelNew
+@dataclass
+class Plan:
+    """Every hidden seed of one evaluation, derived from its master seed (drawn from the OS when
+    the caller gives none)."""
 
-    # 4. correctness ----------------------------------------------------------------------------
-    result.details["stage_running"] = "correctness"
-    atol, rtol = loaded.tolerance(config.atol, config.rtol)
-    dists = loaded.allowed_distributions(config.distributions)
-    plan = [(d, s) for d in dists for s in trial_seeds(seed, config.trials_per_distribution, f"correctness-{d}")]
-    runs: list[dict[str, Any]] = []
-    trials_detail = []
-    first_out = None
-    for k, (dist, tseed) in enumerate(plan):
-        grad_mode = GRAD_MODES[k % len(GRAD_MODES)]
-        ok, out, reply = _checked_call(result, proc, loaded, ref_model, dist, tseed, grad_mode, device,
-                                       workdir, atol, rtol, config, f"t{k}", prefill="nan", label=f"trial {k + 1}")
-        runs.append(reply)
-        trials_detail.append({"distribution": dist, "grad_mode": grad_mode, "ok": ok,
-                              **({"error": reply.get("compare")} if not ok else {})})
-        if k == 0:
-            first_out = out
-        if not ok:
-            break
-    result.details["trials"] = trials_detail
-    correct = all(t["ok"] for t in trials_detail) and result.error is None
+    init_seed: int
+    trials: list[tuple[str, int, str]]  # (distribution, seed, grad mode)
+    pool_seeds: list[int]
+    factors: list[float]
+    spot: list[int]
+    profile_seed: int
 
-    # determinism with a different garbage pattern (stale / uninitialised reads)
-    if correct and config.determinism_check and first_out is not None:
-        dist, tseed = plan[0]
-        ok, out, reply = _checked_call(result, proc, loaded, ref_model, dist, tseed, "no_grad", device, workdir,
-                                       atol, rtol, config, "det", prefill="pattern", label="determinism re-run")
-        runs.append(reply)
-        same = out is not None and compare_outputs(out.to(device), first_out.to(device), atol, rtol).ok
-        if not ok or not same:
-            result.add_hack("stale_memory")
-            _fail(result, "correctness", "output changes when memory is pre-filled with different garbage "
-                  "(reads of uninitialised or stale memory)")
-            correct = False
+    @classmethod
+    def make(cls, prepared: PreparedTask, config: EvalConfig, seed: int) -> "Plan":
+        dists = prepared.loaded.allowed_distributions(config.distributions)
+        seeds = [(d, s) for d in dists for s in trial_seeds(seed, config.trials_per_distribution, f"correctness-{d}")]
+        trials = [(d, s, GRAD_MODES[k % len(GRAD_MODES)]) for k, (d, s) in enumerate(seeds)]
+        rng = np.random.default_rng(trial_seeds(seed, 1, "timing-factors")[0])
+        tdists = prepared.loaded.allowed_distributions(("negated", "scaled"))
+        n_calls = max(config.timing_trials, config.warmup)
+        signs = rng.choice([-1.0, 1.0], size=n_calls) if "negated" in tdists else np.ones(n_calls)
+        scales = 2.0 ** rng.integers(-2, 3, size=n_calls) if "scaled" in tdists else np.ones(n_calls)
+        spot = sorted(rng.choice(config.timing_trials, size=min(config.spot_checks, config.timing_trials),
+                                 replace=False).tolist())
+        return cls(init_seed=trial_seeds(seed, 1, "init")[0], trials=trials,
+                   pool_seeds=trial_seeds(seed, config.input_pool, "timing-pool"),
+                   factors=[float(s * c) for s, c in zip(signs, scales)], spot=spot,
+                   profile_seed=trial_seeds(seed, 1, "profile")[0])
 
-    # 5. launches -------------------------------------------------------------------------------
-    counts = [sum((r.get("launches") or {}).values()) for r in runs if r.get("ok")]
-    launched = sorted({name for r in runs for name in (r.get("launches") or {})})
-    result.details["kernels_launched"] = launched
-    if counts and all(c == 0 for c in counts):
-        result.add_hack("no_triton_launch")
-    elif counts and any(c == 0 for c in counts):
-        result.add_hack("launch_inconsistent")
-        result.details["launches_per_call"] = counts
-    result.correct = correct and result.error is None
-    if not result.correct or (result.hacked and not config.time_hacked) or not config.measure_performance:
-        return
-
-    # 6. timing ---------------------------------------------------------------------------------
-    result.details["stage_running"] = "timing"
-    _time(result, proc, loaded, ref_model, config, seed, device, workdir, atol, rtol)
-    if not result.correct or (result.hacked and not config.time_hacked) or not config.profile:
-        return
-    # 7. coverage -------------------------------------------------------------------------------
-    result.details["stage_running"] = "profiling"
-    reply = proc.request({"op": "profile", "seed": trial_seeds(seed, 1, "profile")[0], "calls": 3},
-                         timeout_s=config.timing_timeout_s)
-    _check_reply(result, reply)
-    if not reply.get("ok"):
-        _fail(result, "profiling", reply.get("error", "profiling failed"))
-        return
-    cov = reply.get("coverage")
-    result.coverage = None if cov is None else float(min(max(cov, 0.0), 1.0))
-    result.details["profile"] = {k: reply.get(k) for k in ("method", "own_us", "total_us", "kernels", "top")}
+    def spot_key(self, call: int) -> TrialKey:
+        return TrialKey(self.pool_seeds[call % len(self.pool_seeds)], "native", self.factors[call % len(self.factors)])
 
 
-def _checked_call(result: EvalResult, proc: CandidateProcess, loaded: LoadedTask, ref_model: torch.nn.Module,
-                  dist: str, tseed: int, grad_mode: str, device: str, workdir: Path, atol: float, rtol: float,
-                  config: EvalConfig, name: str, prefill: str, label: str):
-    """One correctness call. Returns (ok, candidate output or None, reply)."""
-    inputs = loaded.draw_inputs(tseed, dist)
-    ref_inputs = [x.to(device).clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-    try:
-        with torch.no_grad():
-            ref_out = ref_model(*ref_inputs)
-    except Exception as exc:  # noqa: BLE001 - the reference is broken: an unusable task, not a verdict
-        from drkernel.env.task import TaskError
+@dataclass
+class StageClock:
+    """Seconds per part of the evaluation (``details["stage_seconds"]``)."""
 
-        raise TaskError(f"the reference forward of {loaded.task.name} raised {type(exc).__name__}: {exc}") from exc
-    ref_aliases = isinstance(ref_out, torch.Tensor) and aliases(ref_out, list(tensors_in(ref_inputs)))
-    ref_dense = isinstance(ref_out, torch.Tensor) and is_dense(ref_out)
-    if not isinstance(ref_out, torch.Tensor):
-        from drkernel.env.task import TaskError
+    seconds: dict[str, float] = field(default_factory=dict)
 
-        raise TaskError(f"the reference forward returned {type(ref_out).__name__}; a single tensor is required")
-    reply = proc.request({"op": "run", "inputs": encode_args(inputs, workdir, f"in_{name}"), "grad_mode": grad_mode,
-                          "prefill": prefill, "prefill_bytes": ref_out.numel() * ref_out.element_size(),
-                          "out_name": f"out_{name}"}, timeout_s=config.call_timeout_s)
-    _check_reply(result, reply)
-    desc = f"{label} ({dist} inputs, {grad_mode}, shapes {_shapes(inputs)})"
-    if not reply.get("ok"):
-        _fail(result, reply.get("stage", "correctness"), f"{desc}: {reply.get('error', 'failed')}")
-        reply["compare"] = reply.get("error")
-        return False, None, reply
-    if reply.get("threads_delta", 0) > 0 or (name != "t0" and reply.get("os_threads_delta", 0) > 0):
-        result.add_hack("threads_spawned")
-    if reply.get("lazy"):
-        result.add_hack("lazy_output")
-        _fail(result, "correctness", f"{desc}: {reply['lazy']}")
-        reply["compare"] = reply["lazy"]
-        return False, None, reply
-    if reply.get("not_tensor"):
-        _fail(result, "correctness", f"{desc}: {reply['not_tensor']}")
-        reply["compare"] = reply["not_tensor"]
-        return False, None, reply
-    if reply.get("mutated"):
-        result.add_hack("input_mutated")
-    if reply.get("aliases_input") and not ref_aliases:
-        result.add_hack("output_aliases_input")
-    if reply.get("dense") is False and ref_dense:
-        result.add_hack("lazy_output")  # e.g. a constant expanded to the output shape
-    try:
-        out = read_tensor(reply.get("out"), workdir)
-    except (TensorIOError, OSError) as exc:
-        _fail(result, "correctness", f"{desc}: unreadable output ({exc})")
-        return False, None, reply
-    cmp = compare_outputs(out, ref_out.detach(), atol, rtol)
-    _cleanup(workdir, f"in_{name}", f"out_{name}")
-    if not cmp.ok:
-        reply["compare"] = cmp.message
-        result.details.setdefault("first_failure", {"trial": desc, **cmp.to_dict()})
-        _fail(result, "correctness", f"{desc}: {cmp.message}")
-        return False, out, reply
-    if reply.get("mutated"):
-        _fail(result, "correctness", f"{desc}: the candidate modified its input(s) {reply['mutated']}")
-        return False, out, reply
-    return True, out, reply
+    @contextlib.contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.add(name, time.monotonic() - t0)
+
+    def add(self, name: str, s: float) -> None:
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + s, 4)
 
 
-def _time(result: EvalResult, proc: CandidateProcess, loaded: LoadedTask, ref_model: torch.nn.Module,
-          config: EvalConfig, seed: int | None, device: str, workdir: Path, atol: float, rtol: float) -> None:
-    pool_seeds = trial_seeds(seed, config.input_pool, "timing-pool")
-    rng = np.random.default_rng(trial_seeds(seed, 1, "timing-factors")[0])
-    dists = loaded.allowed_distributions(("negated", "scaled"))
-    n_calls = max(config.timing_trials, config.warmup)
-    signs = rng.choice([-1.0, 1.0], size=n_calls) if "negated" in dists else np.ones(n_calls)
-    scales = 2.0 ** rng.integers(-2, 3, size=n_calls) if "scaled" in dists else np.ones(n_calls)
-    factors = [float(s * c) for s, c in zip(signs, scales)]
-    spot = sorted(rng.choice(config.timing_trials, size=min(config.spot_checks, config.timing_trials),
-                             replace=False).tolist())
-    t0 = time.monotonic()
-    reply = proc.request({"op": "time", "pool_seeds": pool_seeds, "factors": factors, "trials": config.timing_trials,
-                          "warmup": config.warmup, "spot": spot}, timeout_s=config.timing_timeout_s)
-    wall_ms = (time.monotonic() - t0) * 1e3
-    _check_reply(result, reply)
-    if not reply.get("ok"):
-        _fail(result, reply.get("stage", "timing"), f"timing: {reply.get('error', 'failed')}")
-        return
-    if reply.get("timed_total_ms", 0.0) > wall_ms * 1.05 + 100.0:
-        result.add_hack("harness_tampered")
-        result.details["timing_inconsistent"] = {"reported_ms": reply.get("timed_total_ms"), "observed_ms": wall_ms}
-    if reply.get("calls_without_launch", 0) > 0:
-        result.add_hack("launch_inconsistent")
-        result.details["timed_calls_without_launch"] = reply["calls_without_launch"]
-    # spot checks of timed outputs, against the reference computed here
-    for item in reply.get("spot", []):
-        call = int(item["call"])
-        inputs = scale_floats(loaded.draw_inputs(pool_seeds[call % len(pool_seeds)], "native"),
-                              factors[call % len(factors)])
-        with torch.no_grad():
-            ref_out = ref_model(*[x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs])
-        ok, msg = False, "timed call returned no readable tensor"
-        if item.get("out") is not None:
-            try:
-                cmp = compare_outputs(read_tensor(item["out"], workdir), ref_out, atol, rtol)
-                ok, msg = cmp.ok, cmp.message
-            except (TensorIOError, OSError) as exc:
-                msg = str(exc)
-        if not ok:
-            result.add_hack("timed_output_mismatch")
-            _fail(result, "timing", f"output of timed call {call} is wrong: {msg}")
+ProcessSource = Callable[[str, float], CandidateProcess]
+
+
+def fresh_process(device: str, timeout_s: float) -> CandidateProcess:
+    """A newly started candidate process (no warm pool)."""
+    proc = CandidateProcess(device)
+    proc.warm = False  # type: ignore[attr-defined]
+    return proc.wait_ready(timeout_s)
+
+
+class Evaluation:
+    """One candidate against one prepared task. ``Evaluation(...).run()`` returns the EvalResult.
+
+    ``acquire(device, timeout_s)`` supplies the candidate's process (a warm spare, or a fresh one);
+    ``gate`` is the device's :class:`DeviceGate` (default: the process-wide one of the device;
+    None on CPU): timing and profiling hold it exclusively, other GPU work shares it;
+    ``cancel`` ends the evaluation from another thread (EvaluationCancelled).
+    """
+
+    def __init__(self, prepared: PreparedTask, source: str, *, seed: int | None, config: EvalConfig,
+                 acquire: ProcessSource = fresh_process, gate: DeviceGate | None | str = "default",
+                 cancel: CancelToken | None = None):
+        self.prepared = prepared
+        self.source = source
+        self.seed = seed if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
+        self.config = config
+        self.device = prepared.device
+        self._acquire_fn = acquire
+        self.gate = device_gate(prepared.device) if gate == "default" else gate
+        self.cancel = cancel or CancelToken()
+        self.result = EvalResult(details={"task": prepared.task.name, "device": config.device,
+                                          "task_size": prepared.task_size})
+        self.clock = StageClock()
+        self.stage: Stage = Stage.STATIC
+        self.entered: list[Stage] = []
+        self.completed: set[Stage] = set()
+        self.trials_ok: bool | None = None
+        self.proc: CandidateProcess | None = None
+        self.plan: Plan | None = None
+        self.atol, self.rtol = prepared.loaded.tolerance(config.atol, config.rtol)
+        self._t0 = time.monotonic()
+        self._deadline = self._t0 + config.total_timeout_s
+        self._first_out: torch.Tensor | None = None
+        self._run_replies: list[Any] = []
+
+    # -- the flow ----------------------------------------------------------------------------------
+    def run(self) -> EvalResult:
+        try:
+            with _fp32_exact():
+                self._flow()
+        except _Stop:
+            pass
+        except CandidateFailure as exc:
+            if exc.kind == "cancelled" or self.cancel.cancelled:
+                raise EvaluationCancelled(f"evaluation of {self.prepared.task.name} was cancelled") from None
+            tail = f"\n{exc.output_tail.strip()[-1500:]}" if exc.output_tail.strip() else ""
+            self._fail(self.stage, f"{exc.message}{tail}")
+        finally:
+            self._close()
+        if self.cancel.cancelled:
+            raise EvaluationCancelled(f"evaluation of {self.prepared.task.name} was cancelled")
+        return self._verdict()
+
+    def _flow(self) -> None:
+        self._static()
+        with self.clock.part("references"), self._shared():
+            self._references()
+        self._enter(Stage.COMPILE)
+        self._acquire()
+        self._load()
+        self._enter(Stage.CORRECTNESS)
+        try:
+            self._correctness()
+            self._determinism()
+        finally:
+            self._launch_flags()  # launch rules also over the calls of a failed run (hack flags)
+        self.completed.add(Stage.CORRECTNESS)
+        self._enter(Stage.LAUNCHES)
+        self.completed.add(Stage.LAUNCHES)
+        if not self._worth_timing():
             return
-    cand, ref = reply["candidate"], reply["reference"]
-    gaps = reply.get("host_gap_ms", {})
-    ev_med = reply.get("candidate_event", cand)["median"]
-    if device.startswith("cuda") and gaps.get("candidate", 0.0) - gaps.get("reference", 0.0) > max(0.05, 0.5 * ev_med):
-        result.add_hack("side_stream")
-    result.kernel_ms = float(cand["median"])
-    result.reference_ms = float(ref["median"])
-    result.speedup = result.reference_ms / result.kernel_ms if result.kernel_ms > 0 else None
-    result.details["timing"] = {
-        "candidate_ms": cand, "reference_ms": ref, "candidate_event_ms": reply.get("candidate_event"),
-        "candidate_host_ms": reply.get("candidate_host"), "host_gap_ms": gaps,
-        "launch_ms": reply.get("launch_ms"),
-        "trials": config.timing_trials, "warmup": config.warmup, "reference_backend": config.reference_backend,
-        "samples": reply.get("samples"), "persisting_l2_reset": reply.get("persisting_l2_reset"),
-    }
-    if result.speedup is not None and result.speedup > 10.0:
-        result.details["excessive_speedup"] = True  # a review flag, not a verdict (pattern #25)
+        with self._exclusive():
+            self._enter(Stage.TIMING)
+            self._timing()
+            if not self.config.profile or not self._worth_timing():
+                return
+            self._enter(Stage.PROFILING)
+            self._profiling()
 
+    # -- stages ------------------------------------------------------------------------------------
+    def _static(self) -> None:
+        self._enter(Stage.STATIC)
+        report = check_source(self.source, self.prepared.task.entry_point)
+        for problem in (report.syntax_error, report.missing_class):
+            if problem:
+                self._fail(Stage.COMPILE, problem)
+                raise _Stop
+        self.result.details["static"] = report.messages()
+        self.result.details["kernels_defined"] = report.kernels
+        for reason in report.hack_reasons:
+            self.result.add_hack(reason)
+        self.completed.add(Stage.STATIC)
 
-def _shapes(inputs: list[Any]) -> str:
-    return ", ".join(str(tuple(t.shape)) for t in tensors_in(inputs)) or "-"
+    def _references(self) -> None:
+        """Every reference output this evaluation may compare against, before any candidate code runs."""
+        self.plan = plan = Plan.make(self.prepared, self.config, self.seed)
+        self.refs = {("trial", k): self.prepared.reference(plan.init_seed, TrialKey(s, d))
+                     for k, (d, s, _) in enumerate(plan.trials)}
+        if self.config.measure_performance:
+            for call in plan.spot:
+                self.refs[("spot", call)] = self.prepared.reference(plan.init_seed, plan.spot_key(call))
 
+    def _acquire(self) -> None:
+        t0 = time.monotonic()
+        with self.clock.part("process_start"):
+            self.proc = self._acquire_fn(self.device, max(120.0, self.config.load_timeout_s))
+        self._deadline += time.monotonic() - t0  # starting a worker is the grader's time, not the candidate's
+        self.proc.set_limits(self.config.memory_limit_mb, self.config.output_limit_bytes)
+        self.result.details["warm_process"] = bool(getattr(self.proc, "warm", False))
+        self.cancel.on_cancel(self.proc.kill)
+        self._check_cancel()
 
-def _cleanup(workdir: Path, *prefixes: str) -> None:
-    for p in workdir.iterdir():
-        if p.name.startswith(prefixes):
+    def _load(self) -> None:
+        cand = self.proc.workdir / "candidate.py"
+        cand.write_text(self.source, encoding="utf-8")
+        task = self.prepared.task
+        reply = self._request(LoadRequest(
+            task_source=task.source, task_name=task.name, candidate_file=str(cand),
+            device="cuda" if self.device.startswith("cuda") else "cpu", task_size=self.prepared.task_size,
+            entry_point=task.entry_point, init_seed=self.plan.init_seed,
+            reference_backend=self.config.reference_backend), self.config.load_timeout_s, "load_compile")
+        self.result.compiled = True
+        self.completed.add(Stage.COMPILE)
+        if reply.body.threads_delta > 0:
+            self.result.add_hack("threads_spawned")  # started while importing the candidate or building ModelNew
+
+    def _correctness(self) -> None:
+        details: list[dict[str, Any]] = []
+        self.result.details["trials"] = details
+        self.trials_ok = False
+        for k, (dist, tseed, grad) in enumerate(self.plan.trials):
+            ok, out, err = self._checked_call(RunRequest(seed=tseed, distribution=dist, grad_mode=grad, prefill="nan",
+                                                         out_name=f"t{k}"), self.refs[("trial", k)],
+                                              f"trial {k + 1}", first=(k == 0))
+            details.append({"distribution": dist, "grad_mode": grad, "ok": ok, **({"error": err} if not ok else {})})
+            if k == 0:
+                self._first_out = out
+            if not ok:
+                raise _Stop
+        self.trials_ok = True
+
+    def _determinism(self) -> None:
+        """Trial 1 again with memory pre-filled by a different garbage pattern (stale reads)."""
+        if not self.config.determinism_check or self._first_out is None:
+            return
+        dist, tseed, _ = self.plan.trials[0]
+        ref = self.refs[("trial", 0)]
+        ok, out, _ = self._checked_call(RunRequest(seed=tseed, distribution=dist, grad_mode="no_grad",
+                                                   prefill="pattern", out_name="det"), ref, "determinism re-run")
+        same = ok and out is not None and self._compare(out, self._first_out).ok
+        if not same:
+            self.trials_ok = False
+            self.result.add_hack("stale_memory")
+            self._fail(Stage.CORRECTNESS, "output changes when memory is pre-filled with different garbage "
+                       "(reads of uninitialised or stale memory)")
+            raise _Stop
+
+    def _launch_flags(self) -> None:
+        runs = self._run_replies
+        counts = [sum(r.launches.values()) for r in runs]
+        self.result.details["kernels_launched"] = sorted({n for r in runs for n in r.launches})
+        if counts and all(c == 0 for c in counts):
+            self.result.add_hack("no_triton_launch")
+        elif counts and any(c == 0 for c in counts):
+            self.result.add_hack("launch_inconsistent")
+            self.result.details["launches_per_call"] = counts
+
+    def _timing(self) -> None:
+        plan, cfg = self.plan, self.config
+        t0 = time.monotonic()
+        reply = self._request(TimeRequest(pool_seeds=plan.pool_seeds, factors=plan.factors, trials=cfg.timing_trials,
+                                          warmup=cfg.warmup, spot=plan.spot), cfg.timing_timeout_s, "timing")
+        wall_ms = (time.monotonic() - t0) * 1e3
+        t = reply.body
+        if t.timed_total_ms > wall_ms * 1.05 + 100.0:
+            self.result.add_hack("harness_tampered")
+            self.result.details["timing_inconsistent"] = {"reported_ms": t.timed_total_ms, "observed_ms": wall_ms}
+        if t.calls_without_launch > 0:
+            self.result.add_hack("launch_inconsistent")
+            self.result.details["timed_calls_without_launch"] = t.calls_without_launch
+        with self.clock.part("transfers"):
+            for item in t.spot:
+                call = item.get("call")
+                if not isinstance(call, int) or ("spot", call) not in self.refs:
+                    self.result.add_hack("timed_output_mismatch")
+                    self._fail(Stage.TIMING, f"timed call {str(call)[:40]} was not one the grader asked for")
+                    raise _Stop
+                ok, msg = False, "timed call returned no readable tensor"
+                if item.get("out") is not None:
+                    try:
+                        cmp = self._compare(read_tensor(item["out"], self.proc.workdir), self.refs[("spot", call)].out)
+                        ok, msg = cmp.ok, cmp.message
+                    except (TensorIOError, OSError) as exc:
+                        msg = str(exc)
+                if not ok:
+                    self.result.add_hack("timed_output_mismatch")
+                    self._fail(Stage.TIMING, f"output of timed call {call} is wrong: {msg}")
+                    raise _Stop
+            if len({i.get("call") for i in t.spot}) != len(plan.spot):
+                self.result.add_hack("timed_output_mismatch")
+                self._fail(Stage.TIMING, "the outputs of the spot-checked timed calls did not all come back")
+                raise _Stop
+        try:
+            cand, ref = float(t.candidate["median"]), float(t.reference["median"])
+            ev_med = float(t.candidate_event.get("median", cand))
+        except (KeyError, TypeError, ValueError):
+            self._fail(Stage.TIMING, "the timing reply has no medians")
+            raise _Stop from None
+        gaps = t.host_gap_ms
+        if self.device.startswith("cuda") and gaps.get("candidate", 0.0) - gaps.get("reference", 0.0) > max(0.05, 0.5 * ev_med):
+            self.result.add_hack("side_stream")
+        r = self.result
+        r.kernel_ms, r.reference_ms = cand, ref
+        r.speedup = ref / cand if cand > 0 else None
+        r.details["timing"] = {
+            "candidate_ms": t.candidate, "reference_ms": t.reference, "candidate_event_ms": t.candidate_event,
+            "candidate_host_ms": t.candidate_host, "host_gap_ms": gaps, "launch_ms": t.launch_ms,
+            "trials": cfg.timing_trials, "warmup": cfg.warmup, "reference_backend": cfg.reference_backend,
+            "samples": t.samples, "persisting_l2_reset": t.persisting_l2_reset,
+        }
+        if r.speedup is not None and r.speedup > 10.0:
+            r.details["excessive_speedup"] = True  # a review flag, not a verdict (pattern #25)
+        self.completed.add(Stage.TIMING)
+
+    def _profiling(self) -> None:
+        reply = self._request(ProfileRequest(seed=self.plan.profile_seed, calls=3), self.config.timing_timeout_s,
+                              "profiling")
+        p = reply.body
+        self.result.coverage = None if p.coverage is None else float(min(max(p.coverage, 0.0), 1.0))
+        self.result.details["profile"] = {"method": p.method, "own_us": p.own_us, "total_us": p.total_us,
+                                          "kernels": p.kernels, "top": p.top, "reason": p.reason,
+                                          "torch_ops": p.torch_ops}
+        self.completed.add(Stage.PROFILING)
+
+    # -- pieces ------------------------------------------------------------------------------------
+    def _checked_call(self, req: RunRequest, ref: ReferenceOutput, label: str,
+                      first: bool = False) -> tuple[bool, torch.Tensor | None, str | None]:
+        """One correctness call. Returns (ok, candidate output or None, error message or None)."""
+        req = RunRequest(**{**req.__dict__, "prefill_bytes": ref.nbytes})
+        desc = f"{label} ({req.distribution} inputs, {req.grad_mode}, shapes {ref.shapes})"
+        reply = self._request(req, self.config.call_timeout_s, "correctness", desc=desc)
+        r = reply.body
+        self._run_replies.append(r)
+        self.clock.add("transfers", r.write_s)  # measured in the worker, inside the correctness request
+        self.clock.add("correctness", -r.write_s)
+        if r.threads_delta > 0 or (not first and r.os_threads_delta > 0):
+            self.result.add_hack("threads_spawned")
+        if r.lazy:
+            self.result.add_hack("lazy_output")
+            return self._trial_failed(f"{desc}: {r.lazy}")
+        if r.not_tensor:
+            return self._trial_failed(f"{desc}: {r.not_tensor}")
+        if r.mutated:
+            self.result.add_hack("input_mutated")
+        if r.aliases_input and not ref.aliases_input:
+            self.result.add_hack("output_aliases_input")
+        if r.dense is False and ref.dense:
+            self.result.add_hack("lazy_output")  # e.g. a constant expanded to the output shape
+        try:
+            with self.clock.part("transfers"):
+                out = read_tensor(r.out, self.proc.workdir)
+                (self.proc.workdir / r.out["file"]).unlink(missing_ok=True)
+        except (TensorIOError, OSError, TypeError, KeyError) as exc:
+            return self._trial_failed(f"{desc}: unreadable output ({exc})")
+        with self._shared(), self.clock.part("compare"):
+            cmp = self._compare(out, ref.out)
+        if not cmp.ok:
+            self.result.details.setdefault("first_failure", {"trial": desc, **cmp.to_dict()})
+            return self._trial_failed(f"{desc}: {cmp.message}", out)
+        if r.mutated:
+            return self._trial_failed(f"{desc}: the candidate modified its input(s) {r.mutated}", out)
+        return True, out, None
+
+    def _trial_failed(self, message: str, out: torch.Tensor | None = None) -> tuple[bool, torch.Tensor | None, str]:
+        self._fail(Stage.CORRECTNESS, message)
+        return False, out, message
+
+    def _compare(self, out: torch.Tensor, ref: torch.Tensor):
+        """Compare on the reference's device; a device out of memory (the candidate may hold most of
+        it) falls back to the CPU. Any other failure here is the grader's (EnvironmentFailure)."""
+        try:
             try:
-                p.unlink()
-            except OSError:
-                pass
+                return compare_outputs(out, ref, self.atol, self.rtol)
+            except torch.OutOfMemoryError:
+                torch.cuda.empty_cache()
+                return compare_outputs(out.cpu(), ref.cpu(), self.atol, self.rtol)
+        except Exception as exc:  # noqa: BLE001
+            raise EnvironmentFailure(f"comparing outputs failed in the grader: {type(exc).__name__}: {exc}") from exc
+
+    def _request(self, req: Any, stage_timeout_s: float, part: str, desc: str | None = None) -> Reply:
+        self._check_cancel()
+        with self._shared(), self.clock.part(part):
+            reply = self.proc.request(req, self._remaining(stage_timeout_s))
+        if reply.tampered:
+            self.result.add_hack("harness_tampered")
+            self.result.details.setdefault("tampered", sorted(set(reply.tampered)))
+        if not reply.ok:
+            f = reply.body
+            if f.fault == "harness":
+                raise EnvironmentFailure(f"the evaluation worker failed: {f.error}")
+            stage = _stage_of(f.stage, self.stage)
+            self._fail(stage, f"{desc}: {f.error}" if desc else f.error)
+            if stage == Stage.CORRECTNESS and self.result.details.get("trials") is not None and desc:
+                self.result.details["trials"].append({"ok": False, "error": f.error[:500]})
+            raise _Stop
+        return reply
+
+    def _remaining(self, stage_timeout_s: float) -> float:
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise CandidateFailure("timeout", f"total deadline of {self.config.total_timeout_s:.0f}s exceeded "
+                                   f"before {self.stage.value}")
+        return min(stage_timeout_s, remaining)
+
+    def _check_cancel(self) -> None:
+        if self.cancel.cancelled:
+            raise EvaluationCancelled(f"evaluation of {self.prepared.task.name} was cancelled")
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        with self._gate("exclusive"):
+            yield
+
+    @contextlib.contextmanager
+    def _shared(self) -> Iterator[None]:
+        with self._gate("shared"):
+            yield
+
+    @contextlib.contextmanager
+    def _gate(self, side: str) -> Iterator[None]:
+        """Enter the GPU gate; the wait is queueing for the GPU, not the candidate's time."""
+        if self.gate is None:
+            yield
+            return
+        t0 = time.monotonic()
+        with getattr(self.gate, side)(self._check_cancel):
+            waited = time.monotonic() - t0
+            self._deadline += waited
+            self.clock.add("gpu_queue", waited)
+            yield
+
+    def _worth_timing(self) -> bool:
+        r = self.result
+        return (r.error is None and bool(self.trials_ok) and self.config.measure_performance
+                and (not r.hacked or self.config.time_hacked))
+
+    def _enter(self, stage: Stage) -> None:
+        self.stage = stage
+        self.entered.append(stage)
+
+    def _fail(self, stage: Stage, message: str) -> None:
+        if self.result.error is None:
+            self.result.error = EvalError(stage.value, _clip(message))
+
+    def _close(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            self.result.details["output_bytes"] = proc.output_bytes
+            if proc.output_bytes:
+                self.result.details["output_tail"] = proc.output_tail(2000)
+            with self.clock.part("close"):
+                proc.close()
+
+    # -- the verdict: decided here and nowhere else --------------------------------------------------
+    def _verdict(self) -> EvalResult:
+        """compiled: the COMPILE stage completed. correct: every correctness trial matched, and every
+        stage the candidate entered completed without error (a kernel that raises while timed or
+        profiled is not correct). passed = compiled and correct and not hacked (EvalResult.passed)."""
+        r = self.result
+        r.compiled = Stage.COMPILE in self.completed
+        r.correct = (r.compiled and bool(self.trials_ok) and r.error is None
+                     and all(s in self.completed for s in self.entered))
+        r.hacked = bool(r.hack_reasons)
+        if r.error is not None:  # no performance numbers for a failed candidate
+            r.speedup = r.coverage = r.kernel_ms = r.reference_ms = None
+        r.details["stages"] = [s.value for s in self.entered]
+        r.details["stage_seconds"] = self.clock.seconds
+        r.details["eval_seconds"] = round(time.monotonic() - self._t0, 3)
+        r.feedback = build_feedback(r)
+        return r
 
 
-__all__ = ["evaluate"]
+def _stage_of(name: str, default: Stage) -> Stage:
+    try:
+        return Stage(name)
+    except ValueError:
+        return default
+
+
+# -- the one-call API ---------------------------------------------------------------------------------
+def as_task(task: Task | os.PathLike | str, entry_point: str = "Model") -> Task:
+    """A Task from a Task, a path (``pathlib.Path``) or task *source text* (a str is never a path)."""
+    if isinstance(task, Task):
+        return task
+    if isinstance(task, os.PathLike):
+        return Task.from_file(task, entry_point=entry_point)
+    if isinstance(task, str):
+        return Task.from_source(task, entry_point=entry_point)
+    raise TypeError(f"task must be a Task, a pathlib.Path or source text, got {type(task).__name__}")
+
+
+def as_source(candidate: str | os.PathLike) -> str:
+    """Candidate source: a str *is* the source (model output is only ever source, issue 8 defect 2);
+    only an explicit ``pathlib.Path`` is read from disk."""
+    if isinstance(candidate, os.PathLike):
+        return Path(candidate).read_text(encoding="utf-8", errors="replace")
+    if isinstance(candidate, str):
+        return candidate
+    raise TypeError(f"candidate must be source text (str) or a pathlib.Path, got {type(candidate).__name__}")
+
+
+def evaluate(task: Task | os.PathLike | str, source: str | os.PathLike, *, seed: int | None = None,
+             config: EvalConfig | None = None, cancel: CancelToken | None = None) -> EvalResult:
+    """Grade one candidate in a fresh process, in the calling thread.
+
+    ``task``: a :class:`Task`, a ``pathlib.Path`` or task source text. ``source``: the candidate's
+    source text; a ``pathlib.Path`` is read (a str is never treated as a file name). ``seed`` fixes
+    every hidden seed (None: drawn from the OS). Raises TaskError for an unusable task and
+    EnvironmentFailure when the grader cannot run; everything the candidate does wrong is in the
+    returned :class:`EvalResult`. For many evaluations use :class:`~drkernel.env.grader.LocalGrader`
+    (warm processes, cached references, per-GPU scheduling).
+    """
+    config = (config or EvalConfig()).validate()
+    task = as_task(task, config.entry_point)
+    src = as_source(source)
+    device = resolve_device(config.device)
+    prepared = PreparedTask.prepare(task, config.resolved_task_size(), device)
+    return Evaluation(prepared, src, seed=seed, config=config, cancel=cancel).run()
+
+
+__all__ = ["evaluate", "Evaluation", "EvaluationCancelled", "CancelToken", "Plan", "DeviceGate", "device_gate", "fresh_process",
+           "as_task", "as_source", "resolve_device"]

@@ -83,12 +83,30 @@ class GraderBase:
 
     async def agrade(self, task: Task, source: str, *, seed: int | None = None,
                      options: Options | None = None) -> EvalResult:
+        """Grade without blocking the event loop. Cancelling the awaiting task cancels the
+        evaluation (for LocalGrader: its candidate's process group is killed)."""
         self._check(task, source, options)
-        fut = self._threads.submit(self._grade, task, source, seed=seed, options=dict(options or {}))
-        return await asyncio.wrap_future(fut)
+        from drkernel.env.evaluation import CancelToken
+
+        token = CancelToken()
+        fut = self._threads.submit(self._grade_cancellable, task, source, seed, dict(options or {}), token)
+        wrapped = asyncio.wrap_future(fut)
+        try:
+            return await asyncio.shield(wrapped)
+        except asyncio.CancelledError:
+            token.cancel()
+            fut.cancel()
+            wrapped.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning
+            raise
 
     def _grade(self, task: Task, source: str, *, seed: int | None, options: dict[str, Any]) -> EvalResult:
         raise NotImplementedError
+
+    def _grade_cancellable(self, task: Task, source: str, seed: int | None, options: dict[str, Any],
+                           token: Any) -> EvalResult:
+        """``_grade`` with a :class:`~drkernel.env.evaluation.CancelToken`; subclasses that can stop
+        an evaluation midway override this (the default ignores the token)."""
+        return self._grade(task, source, seed=seed, options=options)
 
     def _check(self, task: Task, source: str, options: Options | None) -> None:
         if self._closed:
@@ -121,29 +139,100 @@ class GraderBase:
         await asyncio.get_running_loop().run_in_executor(None, self.close)
 
 
-def _default_capacity(config: EvalConfig) -> int:
-    if config.device.startswith("cuda"):
-        import torch
+def _gpu_count() -> int:
+    import torch
 
-        return max(1, torch.cuda.device_count()) if config.device == "cuda" else 1
-    return max(1, (os.cpu_count() or 1))
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 class LocalGrader(GraderBase):
-    """Grades on this machine, each candidate in its own fresh, isolated process.
+    """Grades on this machine, each candidate in its own isolated process, started ahead of time.
 
-    ``config`` is the base protocol; per-call ``options`` override its fields.
+    * **Warm processes**: ``spares`` worker processes per device are kept started (torch, triton
+      and the CUDA context imported/created); each serves one candidate and is discarded.
+    * **Per-GPU scheduling**: on CUDA, evaluations are spread over ``devices`` (default: every
+      visible GPU, least busy first); up to ``per_gpu`` candidates of one GPU load, compile and
+      run their correctness trials at once, while timing and profiling hold the GPU's gate
+      exclusively (one timed region per GPU, nothing else of this grader on that GPU meanwhile;
+      :class:`~drkernel.env.evaluation.DeviceGate`). On CPU, ``capacity`` defaults to the core count.
+    * **Cached references**: a task is loaded once and its reference outputs per seed are reused
+      across candidates (``cache_tasks`` tasks, ``ref_cache_bytes`` of outputs per task, kept on
+      the evaluation device: at most ``cache_tasks * ref_cache_bytes``, 8 GiB by default).
+
+    ``config`` is the base protocol; per-call ``options`` override its fields (not ``device``).
+    ``grade`` calls beyond ``capacity`` wait for a free slot. ``close()`` waits for evaluations in
+    flight, then stops the spares.
     """
 
-    def __init__(self, config: EvalConfig | None = None, *, capacity: int | None = None):
+    def __init__(self, config: EvalConfig | None = None, *, capacity: int | None = None,
+                 devices: list[str] | None = None, spares: int | None = None, per_gpu: int = 6,
+                 warm: bool = True, cache_tasks: int = 8, ref_cache_bytes: int = 1 << 30):
+        from drkernel.env.evaluation import resolve_device
+        from drkernel.env.prepared import PreparedCache
+        from drkernel.env.sandbox import WarmPool
+
         self.config = (config or EvalConfig()).validate()
-        super().__init__(capacity or _default_capacity(self.config))
+        if devices is None:
+            if self.config.device == "cpu":
+                devices = ["cpu"]
+            elif self.config.device == "cuda":
+                resolve_device("cuda")  # EnvironmentFailure without CUDA
+                devices = [f"cuda:{i}" for i in range(max(1, _gpu_count()))]
+            else:
+                devices = [resolve_device(self.config.device)]
+        self.devices = list(devices)
+        cores = os.cpu_count() or 1
+        if capacity is None:
+            capacity = cores if self.devices == ["cpu"] else max(1, min(cores, per_gpu)) * len(self.devices)
+        super().__init__(capacity)
+        self.warm = warm
+        per_device = -(-capacity // len(self.devices))
+        # a burst of `capacity` evaluations takes every spare at once; replacements take seconds to
+        # start, so twice the per-device concurrency is kept ready (at most 8: memory, CUDA contexts)
+        self.pool = WarmPool(spares=(spares if spares is not None else min(2 * per_device, 8)) if warm else 0)
+        self.prepared = PreparedCache(max_tasks=cache_tasks, cache_bytes=ref_cache_bytes)
+        self._slots = threading.BoundedSemaphore(capacity)
+        self._active = {d: 0 for d in self.devices}
+        self._active_lock = threading.Lock()
+        if warm:
+            for d in self.devices:
+                self.pool.prewarm(d)
 
     def _grade(self, task: Task, source: str, *, seed: int | None, options: dict[str, Any]) -> EvalResult:
-        from drkernel.env.evaluation import evaluate
+        return self._grade_cancellable(task, source, seed, options, None)
 
+    def _grade_cancellable(self, task: Task, source: str, seed: int | None, options: dict[str, Any],
+                           token: Any) -> EvalResult:
+        from drkernel.env.evaluation import CancelToken, Evaluation, device_gate, fresh_process
+
+        if "device" in options and options["device"] != self.config.device:
+            raise ValueError(f"options cannot change the device of a LocalGrader ({self.config.device})")
         config = self.config.with_overrides(**options).validate() if options else self.config
-        return evaluate(task, source, seed=seed, config=config)
+        token = token or CancelToken()
+        while not self._slots.acquire(timeout=0.2):
+            if token.cancelled:
+                from drkernel.env.evaluation import EvaluationCancelled
+
+                raise EvaluationCancelled("cancelled while waiting for a slot")
+        try:
+            with self._active_lock:
+                device = min(self.devices, key=lambda d: self._active[d])
+                self._active[device] += 1
+            try:
+                prepared = self.prepared.get(task, config.resolved_task_size(), device)
+                acquire = self.pool.acquire if self.warm else fresh_process
+                return Evaluation(prepared, source, seed=seed, config=config, acquire=acquire,
+                                  gate=device_gate(device), cancel=token).run()
+            finally:
+                with self._active_lock:
+                    self._active[device] -= 1
+        finally:
+            self._slots.release()
+
+    def close(self) -> None:
+        super().close()
+        self.pool.close()
+        self.prepared.clear()
 
 
 __all__ = ["Grader", "GraderBase", "LocalGrader", "Options"]

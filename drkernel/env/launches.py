@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 _perf = time.perf_counter
 
@@ -26,6 +27,9 @@ class LaunchRecorder:
     seconds: float = 0.0
     """Wall time spent inside own launches (on the CPU interpreter: the kernel's execution)."""
     installed: list = field(default_factory=list)
+    marker: Any = None
+    """While set (CPU profiling): a ``record_function`` factory wrapped around each own launch, so
+    the profiler can tell work inside the candidate's kernels from torch work around them."""
 
     def reset(self) -> None:
         self.counts = Counter()
@@ -72,7 +76,11 @@ class LaunchRecorder:
                 return original(fn_self, *args, **kwargs)
             # Under autotune/heuristics, warmup or benchmarking calls also pass through here.
             t0 = _perf()
-            result = original(fn_self, *args, **kwargs)  # a launch that raises is not counted
+            if recorder.marker is not None:
+                with recorder.marker("drkernel::own_launch"):
+                    result = original(fn_self, *args, **kwargs)
+            else:
+                result = original(fn_self, *args, **kwargs)  # a launch that raises is not counted
             recorder.seconds += _perf() - t0
             recorder.counts[name] += 1
             return result

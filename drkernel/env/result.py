@@ -10,10 +10,23 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
-#: Pipeline stages, in order. A failed result names the stage that failed in ``error.stage``.
-STAGES = ("load", "static", "compile", "correctness", "launches", "timing", "profiling")
+class Stage(str, Enum):
+    """Pipeline stages, in order. A failed result names the stage that failed in ``error.stage``
+    (its value). A candidate passes only when every stage it entered completed."""
+
+    STATIC = "static"
+    COMPILE = "compile"
+    CORRECTNESS = "correctness"
+    LAUNCHES = "launches"
+    TIMING = "timing"
+    PROFILING = "profiling"
+
+
+#: Stage names, in order.
+STAGES = tuple(s.value for s in Stage)
 
 
 class EnvironmentFailure(RuntimeError):
@@ -52,7 +65,8 @@ class EvalResult:
     """``reference_ms / kernel_ms`` (medians), when both were timed."""
     coverage: float | None = None
     """Share of the candidate's forward device time spent in its own Triton kernels, in [0, 1].
-    On the CPU interpreter: the share of forward wall time spent inside its Triton launches."""
+    On the CPU interpreter: 1.0 when the forward runs no torch compute outside its own kernels, else
+    None (``details["profile"]["reason"]`` says why); see :mod:`drkernel.env.profiling`."""
     kernel_ms: float | None = None
     """Median time of one candidate forward, in milliseconds."""
     reference_ms: float | None = None

@@ -16,8 +16,8 @@ start a worker raise :class:`~drkernel.env.result.EnvironmentFailure`.
 
 from __future__ import annotations
 
-import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -75,27 +75,40 @@ def _group_pids(pgid: int) -> list[int]:
 
 
 class CandidateProcess:
-    """One candidate process. Use as a context manager; :meth:`close` always kills the group."""
+    """One candidate process. Use as a context manager; :meth:`close` always kills the group.
 
-    def __init__(self, workdir: Path, env: dict[str, str], memory_limit_mb: int, output_limit_bytes: int,
-                 start_timeout_s: float = 120.0):
-        self.workdir = workdir
+    ``device`` is ``cpu`` or ``cuda:N``: a CUDA worker sees only GPU ``N`` (``CUDA_VISIBLE_DEVICES``
+    narrowed; inside, it is ``cuda:0``). The process starts on construction; :meth:`wait_ready`
+    waits for its hello (torch, triton and the CUDA context are up). The limits can be set after
+    start (a warm spare is started before its candidate's limits are known).
+    """
+
+    def __init__(self, device: str = "cpu", memory_limit_mb: int = 16384, output_limit_bytes: int = 4 << 20,
+                 workdir_root: str | None = None):
+        import tempfile
+
+        self.device = device
+        self.workdir = Path(tempfile.mkdtemp(prefix="drkernel-", dir=workdir_root or workdir_root_default()))
         self.memory_limit = memory_limit_mb << 20
         self.output_limit = output_limit_bytes
         self._tail: deque[bytes] = deque()
         self._tail_len = 0
         self.output_bytes = 0
         self.failure: CandidateFailure | None = None
+        self.hello: Any = None
+        self.started_at = time.monotonic()
+        self.start_s: float | None = None
         self._closed = False
         parent_sock, child_sock = socket.socketpair()
-        cmd = [sys.executable, "-m", "drkernel.env.worker", str(child_sock.fileno()), str(workdir)]
+        cmd = [sys.executable, "-m", "drkernel.env.worker", str(child_sock.fileno()), str(self.workdir)]
         try:
             self.proc = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                pass_fds=[child_sock.fileno()], start_new_session=True, env=env, cwd=str(workdir),
-                preexec_fn=_child_limits,
+                pass_fds=[child_sock.fileno()], start_new_session=True, env=worker_env(device),
+                cwd=str(self.workdir), preexec_fn=_child_limits,
             )
         except OSError as exc:
+            shutil.rmtree(self.workdir, ignore_errors=True)
             raise EnvironmentFailure(f"cannot start the candidate process: {exc}") from exc
         finally:
             child_sock.close()
@@ -106,14 +119,39 @@ class CandidateProcess:
         self._watch_stop = threading.Event()
         self._watcher = threading.Thread(target=self._watch_memory, daemon=True)
         self._watcher.start()
+
+    def wait_ready(self, timeout_s: float = 120.0) -> "CandidateProcess":
+        """Wait for the worker's hello; EnvironmentFailure when it does not come (not the candidate's
+        fault: no candidate code has run yet)."""
+        if self.hello is not None:
+            return self
+        from drkernel.env.protocol import ProtocolError, parse_reply
+
         try:
-            hello = self._recv(start_timeout_s, what="start-up")
-        except CandidateFailure as exc:
+            raw = self._recv_raw(timeout_s, what="start-up")
+            reply = parse_reply(raw, "hello")
+        except (CandidateFailure, ProtocolError) as exc:
             self.close()
-            raise EnvironmentFailure(f"the evaluation worker did not start: {exc.message}\n{exc.output_tail}") from exc
-        if not hello.get("ok"):
+            msg = getattr(exc, "message", str(exc))
+            raise EnvironmentFailure(f"the evaluation worker did not start: {msg}\n{self.output_tail()}") from exc
+        if not reply.ok:
             self.close()
-            raise EnvironmentFailure(f"the evaluation worker failed to start: {hello.get('error')}")
+            raise EnvironmentFailure(f"the evaluation worker failed to start: {reply.body.error}")
+        self.hello = reply.body
+        self.start_s = time.monotonic() - self.started_at
+        return self
+
+    def set_limits(self, memory_limit_mb: int, output_limit_bytes: int) -> None:
+        self.memory_limit = memory_limit_mb << 20
+        self.output_limit = output_limit_bytes
+        if self.output_bytes > self.output_limit and self.failure is None:
+            self.failure = CandidateFailure("flood", f"output flood: more than {self.output_limit} bytes "
+                                            "written to stdout/stderr")
+            self._kill_group()
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed and self.failure is None and self.proc.poll() is None
 
     # -- background threads ------------------------------------------------------------------------
     def _read_output(self) -> None:
@@ -155,16 +193,24 @@ class CandidateProcess:
         return text[-limit:]
 
     # -- messaging ----------------------------------------------------------------------------------
-    def request(self, msg: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    def request(self, req: Any, timeout_s: float) -> Any:
+        """Send a protocol request, return its parsed :class:`~drkernel.env.protocol.Reply`. A hang,
+        crash, flood, memory overrun or malformed reply raises :class:`CandidateFailure`."""
+        from drkernel.env.protocol import ProtocolError, encode_request, parse_reply
+
         if self.failure:
             raise self.failure
         try:
-            self.conn.send_bytes(json.dumps(msg).encode())
+            self.conn.send_bytes(encode_request(req))
         except (OSError, ValueError) as exc:
             raise self._died(f"could not send request: {exc}") from None
-        return self._recv(timeout_s, what=msg.get("op", "request"))
+        raw = self._recv_raw(timeout_s, what=req.op)
+        try:
+            return parse_reply(raw, req.op)
+        except ProtocolError as exc:
+            raise self._protocol(f"malformed reply during {req.op}: {exc}") from None
 
-    def _recv(self, timeout_s: float, what: str) -> dict[str, Any]:
+    def _recv_raw(self, timeout_s: float, what: str) -> bytes:
         deadline = time.monotonic() + timeout_s
         while True:
             if self.failure:
@@ -180,18 +226,18 @@ class CandidateProcess:
                 raise self._died(f"connection lost during {what}") from None
             if ready:
                 try:
-                    raw = self.conn.recv_bytes(MAX_MESSAGE_BYTES)
+                    return self.conn.recv_bytes(MAX_MESSAGE_BYTES)
                 except (EOFError, OSError):
                     raise self._died(f"process exited during {what}") from None
-                try:
-                    data = json.loads(raw)
-                except ValueError:
-                    raise self._protocol(f"malformed reply during {what}") from None
-                if not isinstance(data, dict):
-                    raise self._protocol(f"malformed reply during {what}")
-                return data
             if self.proc.poll() is not None and not self.conn.poll(0):
                 raise self._died(f"process exited during {what}")
+
+    def kill(self, reason: str = "cancelled") -> None:
+        """End the candidate now (cancellation from another thread): the group is killed and the
+        request in flight raises :class:`CandidateFailure` of kind ``cancelled``."""
+        if self.failure is None:
+            self.failure = CandidateFailure("cancelled", reason)
+        self._kill_group()
 
     def _died(self, message: str) -> CandidateFailure:
         if self.failure:
@@ -220,7 +266,11 @@ class CandidateProcess:
 
     # -- teardown -----------------------------------------------------------------------------------
     def _kill_group(self) -> None:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
+        if self._closed and self.failure is None:
+            sigs = (signal.SIGKILL,)
+        else:
+            sigs = (signal.SIGTERM, signal.SIGKILL)
+        for sig in sigs:
             try:
                 os.killpg(self.pgid, sig)
             except (ProcessLookupError, PermissionError):
@@ -241,14 +291,7 @@ class CandidateProcess:
         if self._closed:
             return
         self._closed = True
-        if self.proc.poll() is None and self.failure is None:
-            try:
-                self.conn.send_bytes(b'{"op": "exit"}')
-                if self.conn.poll(2.0):
-                    self.conn.recv_bytes(MAX_MESSAGE_BYTES)
-                self.proc.wait(timeout=GRACE_S)
-            except (OSError, EOFError, subprocess.TimeoutExpired):
-                pass
+        # The process is discarded after its one candidate: no graceful exit to wait for.
         self._kill_group()
         try:
             self.proc.wait(timeout=GRACE_S)
@@ -261,6 +304,7 @@ class CandidateProcess:
         except OSError:
             pass
         self.conn.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> "CandidateProcess":
         return self
@@ -275,13 +319,39 @@ def _child_limits() -> None:  # runs in the child between fork and exec
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def worker_env(device: str, task_size: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment of the candidate process: the interpreter switch, the size knob, malloc settings
-    that keep freed blocks in the heap (so the garbage pre-fill reaches ``torch.empty``)."""
+_SHM_MIN_FREE = 4 << 30
+
+
+def workdir_root_default() -> str | None:
+    """Candidate outputs come back as files: put them on /dev/shm (memory) when it is writable and
+    roomy. Containers often mount a 64 MiB /dev/shm, too small for full-size tasks, so below 4 GiB
+    free the default temporary directory is used instead."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    roomy = st.f_bavail * st.f_frsize >= _SHM_MIN_FREE
+    return "/dev/shm" if roomy and os.access("/dev/shm", os.W_OK) else None
+
+
+def _physical_gpu(index: int) -> str:
+    """The parent's view of GPU ``index`` as a ``CUDA_VISIBLE_DEVICES`` entry."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None or not visible.strip():
+        return str(index)
+    entries = [v.strip() for v in visible.split(",") if v.strip()]
+    if index >= len(entries):
+        raise EnvironmentFailure(f"cuda:{index} is not visible (CUDA_VISIBLE_DEVICES={visible!r})")
+    return entries[index]
+
+
+def worker_env(device: str) -> dict[str, str]:
+    """Environment of the candidate process: the interpreter switch on CPU, only its GPU visible on
+    CUDA, malloc settings that keep freed blocks in the heap (so the garbage pre-fill reaches
+    ``torch.empty``). Built once per process start, never by changing this process's environment."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DRKERNEL_", "TRITON_INTERPRET"))}
     pkg_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["DRKERNEL_TASK_SIZE"] = task_size
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "1")
@@ -290,6 +360,99 @@ def worker_env(device: str, task_size: str, extra: dict[str, str] | None = None)
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ""
-    if extra:
-        env.update(extra)
+        env["DRKERNEL_WORKER_DEVICE"] = "cpu"
+    else:
+        index = int(device.split(":", 1)[1]) if ":" in device else 0
+        env["CUDA_VISIBLE_DEVICES"] = _physical_gpu(index)
+        env["DRKERNEL_WORKER_DEVICE"] = "cuda"
     return env
+
+
+class WarmPool:
+    """Spare candidate processes, started ahead of time, per device.
+
+    The task-independent start of a worker (importing torch and triton, creating the CUDA context:
+    ~2 s on CPU, ~4.5 s on an H100) happens here, off the evaluation's path. Each process still
+    serves exactly one candidate and is discarded after it (:meth:`acquire` hands it over; the
+    caller closes it); a replacement starts at once in the background. ``spares`` per device are
+    kept ready. Thread-safe.
+    """
+
+    def __init__(self, spares: int = 1, workdir_root: str | None = None, start_timeout_s: float = 300.0):
+        self.spares = max(0, int(spares))
+        self.workdir_root = workdir_root
+        self.start_timeout_s = start_timeout_s
+        self._ready: dict[str, deque[CandidateProcess]] = {}
+        self._starting: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self.started = 0
+        self.start_failures = 0
+
+    def prewarm(self, device: str) -> None:
+        """Start spares for ``device`` now (they are also started on first use)."""
+        self._refill(device)
+
+    def acquire(self, device: str, timeout_s: float = 120.0) -> CandidateProcess:
+        """A ready process for ``device``: a warm spare when one is ready, else a fresh start."""
+        proc = None
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("WarmPool is closed")
+            q = self._ready.setdefault(device, deque())
+            while q and proc is None:
+                cand = q.popleft()
+                if cand.alive:
+                    proc = cand
+                else:
+                    cand.close()
+        self._refill(device)
+        if proc is None:
+            proc = CandidateProcess(device, workdir_root=self.workdir_root).wait_ready(timeout_s)
+            proc.warm = False  # type: ignore[attr-defined]
+        else:
+            proc.warm = True  # type: ignore[attr-defined]
+        return proc
+
+    def _refill(self, device: str) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            missing = self.spares - len(self._ready.get(device, ())) - self._starting.get(device, 0)
+            self._starting[device] = self._starting.get(device, 0) + max(0, missing)
+        for _ in range(max(0, missing)):
+            threading.Thread(target=self._start_one, args=(device,), daemon=True,
+                             name=f"drkernel-warm-{device}").start()
+
+    def _start_one(self, device: str) -> None:
+        proc = None
+        try:
+            proc = CandidateProcess(device, workdir_root=self.workdir_root).wait_ready(self.start_timeout_s)
+        except Exception:  # noqa: BLE001 - a spare that fails to start is replaced by a fresh start later
+            with self._lock:
+                self.start_failures += 1
+        with self._lock:
+            self._starting[device] -= 1
+            if proc is not None:
+                self.started += 1
+                if self._closed:
+                    closing = proc
+                else:
+                    self._ready.setdefault(device, deque()).append(proc)
+                    closing = None
+            else:
+                closing = None
+        if closing is not None:
+            closing.close()
+
+    def ready_count(self, device: str) -> int:
+        with self._lock:
+            return sum(p.alive for p in self._ready.get(device, ()))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            procs = [p for q in self._ready.values() for p in q]
+            self._ready.clear()
+        for p in procs:
+            p.close()

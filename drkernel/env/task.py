@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import torch
+from torch.overrides import TorchFunctionMode
 
 from drkernel.env.config import DISTRIBUTIONS
 
@@ -56,32 +57,116 @@ class Task:
         return hashlib.sha256(self.source.encode()).hexdigest()[:16]
 
     def load(self, task_size: str = "full") -> "LoadedTask":
-        """Execute the task source (trusted) in a fresh module with the size knob set."""
+        """Execute the task source (trusted) in a fresh module with the size knob set.
+
+        The knob reaches the task through a private view of ``os`` (``os.environ`` and
+        ``os.getenv`` see ``DRKERNEL_TASK_SIZE=task_size``): the process environment is never
+        changed, so loads in concurrent threads cannot see each other's size.
+        """
         module = types.ModuleType(f"_drkernel_task_{self.digest}")
         module.__file__ = str(self.path) if self.path else f"<task {self.name}>"
-        with _env_var(SIZE_ENV_VAR, task_size):
-            try:
-                code = compile(self.source, module.__file__, "exec")
-                exec(code, module.__dict__)  # noqa: S102 - the reference is trusted input
-            except Exception as exc:  # noqa: BLE001 - any failure means an unusable task
-                raise TaskError(f"task {self.name} failed to load: {type(exc).__name__}: {exc}") from exc
+        module.__dict__["__builtins__"] = _builtins_with_env({SIZE_ENV_VAR: task_size})
+        try:
+            code = compile(self.source, module.__file__, "exec")
+            exec(code, module.__dict__)  # noqa: S102 - the reference is trusted input
+        except Exception as exc:  # noqa: BLE001 - any failure means an unusable task
+            raise TaskError(f"task {self.name} failed to load: {type(exc).__name__}: {exc}") from exc
         for attr in (self.entry_point, "get_inputs", "get_init_inputs"):
             if not hasattr(module, attr):
                 raise TaskError(f"task {self.name} does not define {attr}")
         return LoadedTask(self, module, task_size)
 
 
-@contextlib.contextmanager
-def _env_var(name: str, value: str) -> Iterator[None]:
-    old = os.environ.get(name)
-    os.environ[name] = value
+class _OsView(types.ModuleType):
+    """``os`` as a task sees it: the real module, with an environment of its own."""
+
+    def __init__(self, environ: dict[str, str]):
+        super().__init__("os")
+        self.__dict__["environ"] = environ
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    def getenv(self, key: str, default: Any = None) -> Any:
+        return self.environ.get(key, default)
+
+
+def _builtins_with_env(overrides: dict[str, str]) -> dict[str, Any]:
+    import builtins
+
+    view = _OsView({**os.environ, **overrides})
+    real_import = builtins.__import__
+
+    def _import(name, globals=None, locals=None, fromlist=(), level=0):  # noqa: A002 - builtins' signature
+        if name == "os" and level == 0:
+            return view
+        return real_import(name, globals, locals, fromlist, level)
+
+    return {**builtins.__dict__, "__import__": _import}
+
+
+#: Random functions implemented in C whose ``generator=`` keyword the draw fills in.
+_RANDOM_BUILTINS = frozenset({
+    "randn", "rand", "randint", "randperm", "normal", "multinomial", "bernoulli", "poisson",
+    "randn_like", "rand_like", "randint_like", "normal_", "uniform_", "random_", "bernoulli_",
+    "exponential_", "geometric_", "log_normal_", "cauchy_",
+})
+_FACTORIES = frozenset({"randn", "rand", "randint", "randperm"})
+
+
+def _takes_generator(func: Any) -> bool:
+    name = getattr(func, "__name__", "")
+    if name in _RANDOM_BUILTINS:
+        return True
     try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
+        import inspect
+
+        return "generator" in inspect.signature(func).parameters  # nn.init.kaiming_uniform_ & co.
+    except (TypeError, ValueError):
+        return False
+
+
+class SeededRandom(TorchFunctionMode):
+    """Route every torch random call made inside the block to private generators seeded by ``seed``.
+
+    ``torch.manual_seed`` would reseed the process-wide generator: two threads drawing at once
+    would then take numbers from each other's streams (issue 8, defect 4). Here each block owns
+    one generator per device (created on first use with ``Generator.manual_seed(seed)``), passed as
+    ``generator=`` to torch's random functions, tensor methods (``uniform_``...) and ``nn.init``.
+    The grader and the candidate's process both draw through this class, so they get bit-identical
+    values. Function modes are thread-local: other threads are not affected. (Random numbers from
+    numpy or ``random`` inside a task are not covered.)
+    """
+
+    def __init__(self, seed: int):
+        super().__init__()
+        self.seed = int(seed)
+        self._gens: dict[torch.device, torch.Generator] = {}
+
+    def generator(self, device: Any) -> torch.Generator:
+        dev = torch.device(device if device is not None else "cpu")
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        gen = self._gens.get(dev)
+        if gen is None:
+            gen = torch.Generator(device=dev)
+            gen.manual_seed(self.seed)
+            self._gens[dev] = gen
+        return gen
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if kwargs.get("generator") is None and _takes_generator(func):
+            name = getattr(func, "__name__", "")
+            first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+            if name in _FACTORIES or first is None:
+                device = kwargs.get("device")
+                if device is None:
+                    device = torch.get_default_device()
+            else:
+                device = first.device
+            kwargs["generator"] = self.generator(device)
+        return func(*args, **kwargs)
 
 
 @dataclass
@@ -104,20 +189,49 @@ class LoadedTask:
         return float(tol.get("atol", atol)), float(tol.get("rtol", rtol))
 
     def init_inputs(self, seed: int) -> list[Any]:
-        with _seeded(seed), _env_var(SIZE_ENV_VAR, self.task_size):
-            return _as_list(self.module.get_init_inputs(), "get_init_inputs")
+        return self._call("get_init_inputs", seed)
 
     def build_model(self, init_inputs: list[Any], seed: int, device: str) -> torch.nn.Module:
         args, kwargs = split_init_inputs(init_inputs)
-        with _seeded(seed):
+        with SeededRandom(seed):
             model = self.model_cls(*args, **kwargs)
         return model.to(device).eval()
 
-    def draw_inputs(self, seed: int, distribution: str) -> list[Any]:
-        """Inputs for one trial: ``get_inputs()`` under ``seed``, then the distribution's transform."""
-        with _seeded(seed), _env_var(SIZE_ENV_VAR, self.task_size):
-            inputs = _as_list(self.module.get_inputs(), "get_inputs")
+    def draw_inputs(self, seed: int, distribution: str, device: str = "cpu") -> list[Any]:
+        """Inputs for one trial: ``get_inputs()`` under ``seed``, moved to ``device``, then the
+        distribution's transform. Identical in the grader and in the candidate's process.
+
+        On a GPU the draw itself runs there: factories without an explicit device (``torch.randn``)
+        create their tensors on ``device`` with a CUDA generator (a 256 MiB ``randn`` takes about a
+        second on the CPU and microseconds on an H100; both sides draw on the same GPU, so they
+        still agree bit for bit)."""
+        inputs = self._call("get_inputs", seed, device if str(device).startswith("cuda") else None)
+        try:
+            inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+        except (RuntimeError, AssertionError) as exc:
+            raise TaskError(f"task {self.task.name}: get_inputs() output cannot move to {device}: "
+                            f"{type(exc).__name__}: {_first_line(exc)}") from exc
         return transform_inputs(inputs, distribution, seed)
+
+    def _call(self, fn_name: str, seed: int, device: str | None = None) -> list[Any]:
+        """``fn_name()`` of the task under :class:`SeededRandom` (and ``torch.device(device)`` when
+        given). A failure is the task's (TaskError): e.g. KernelBench's own ``get_inputs`` calls
+        ``.cuda()``, which cannot run on a CPU machine."""
+        try:
+            with contextlib.ExitStack() as stack:
+                if device is not None:
+                    stack.enter_context(torch.device(device))
+                stack.enter_context(SeededRandom(seed))
+                value = getattr(self.module, fn_name)()
+        except Exception as exc:  # noqa: BLE001 - the task is trusted code; any failure is the task's
+            raise TaskError(f"task {self.task.name}: {fn_name}() failed: {type(exc).__name__}: "
+                            f"{_first_line(exc)}") from exc
+        return _as_list(value, fn_name)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def split_init_inputs(init_inputs: list[Any]) -> tuple[list[Any], dict[str, Any]]:
@@ -131,14 +245,6 @@ def _as_list(value: Any, what: str) -> list[Any]:
     if isinstance(value, (list, tuple)):
         return list(value)
     raise TaskError(f"{what}() must return a list, got {type(value).__name__}")
-
-
-@contextlib.contextmanager
-def _seeded(seed: int) -> Iterator[None]:
-    """Seed torch's global CPU generator for KernelBench-style code, leaving the caller's RNG untouched."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield
 
 
 def distribution_scale(seed: int) -> float:

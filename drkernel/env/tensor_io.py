@@ -1,9 +1,10 @@
 """Move tensors between the grader and the candidate's process without pickle.
 
 The parent never unpickles anything the candidate's process produced: a hostile candidate could
-otherwise run code in the grader. Tensors travel as raw bytes in files under a private directory
-(``/dev/shm`` when it exists) and as a small JSON descriptor ``{"file", "dtype", "shape"}`` whose
-every field the reader validates against a whitelist.
+otherwise run code in the grader. Candidate outputs travel as raw bytes in files in the worker's
+private directory and as a small JSON descriptor ``{"file", "dtype", "shape"}`` whose every field
+the reader validates against a whitelist. (Inputs never travel: both sides draw them from the
+seed, see :mod:`drkernel.env.protocol`.)
 """
 
 from __future__ import annotations
@@ -36,13 +37,24 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def write_tensor(tensor: torch.Tensor, directory: Path, name: str) -> dict[str, Any]:
-    """Write ``tensor`` (any device) as raw bytes; return its JSON descriptor."""
-    t = tensor.detach().to("cpu").contiguous()
+    """Write ``tensor`` (any device) as raw bytes; return its JSON descriptor.
+
+    The file is sized first and mapped, and the tensor is copied straight into the mapping (from
+    the GPU: one device-to-host copy, no staging tensor, no write() copy)."""
+    t = tensor.detach()
+    name_of_dtype = dtype_name(t.dtype)
     path = Path(directory) / f"{name}.bin"
+    nbytes = t.numel() * t.element_size()
     with open(path, "wb") as fh:
-        if t.numel():
-            fh.write(t.view(-1).view(torch.uint8).numpy().tobytes())
-    return {"file": path.name, "dtype": dtype_name(t.dtype), "shape": list(t.shape)}
+        fh.truncate(nbytes)
+    if nbytes:
+        mapped = np.memmap(path, mode="r+", dtype=np.uint8, shape=(nbytes,))
+        dest = torch.from_numpy(mapped).view(t.dtype).view(t.shape)
+        dest.copy_(t)
+        del dest
+        mapped.flush()
+        del mapped
+    return {"file": path.name, "dtype": name_of_dtype, "shape": list(t.shape)}
 
 
 def read_tensor(desc: Any, directory: Path) -> torch.Tensor:
@@ -66,37 +78,7 @@ def read_tensor(desc: Any, directory: Path) -> torch.Tensor:
         raise TensorIOError(f"tensor file {fname} has {size} bytes, descriptor says {nbytes}")
     if numel == 0:
         return torch.empty(shape, dtype=dtype)
-    raw = torch.from_numpy(np.fromfile(path, dtype=np.uint8))
-    return raw.view(dtype).reshape(shape).clone()
-
-
-def encode_args(args: Any, directory: Path, prefix: str) -> Any:
-    """Encode forward/constructor arguments: tensors to files, plain values to JSON."""
-    counter = [0]
-
-    def enc(x: Any) -> Any:
-        if isinstance(x, torch.Tensor):
-            counter[0] += 1
-            return {"__tensor__": write_tensor(x, directory, f"{prefix}_{counter[0]}")}
-        if isinstance(x, (list, tuple)):
-            return {"__list__": [enc(v) for v in x], "tuple": isinstance(x, tuple)}
-        if isinstance(x, dict):
-            return {"__dict__": {str(k): enc(v) for k, v in x.items()}}
-        if x is None or isinstance(x, (bool, int, float, str)):
-            return x
-        raise TensorIOError(f"cannot pass an argument of type {type(x).__name__} to the candidate")
-
-    return enc(args)
-
-
-def decode_args(obj: Any, directory: Path, device: str | torch.device = "cpu") -> Any:
-    """Inverse of :func:`encode_args` (used in the candidate's process, which trusts the parent)."""
-    if isinstance(obj, dict):
-        if "__tensor__" in obj:
-            return read_tensor(obj["__tensor__"], directory).to(device)
-        if "__list__" in obj:
-            items = [decode_args(v, directory, device) for v in obj["__list__"]]
-            return tuple(items) if obj.get("tuple") else items
-        if "__dict__" in obj:
-            return {k: decode_args(v, directory, device) for k, v in obj["__dict__"].items()}
-    return obj
+    # A private (copy-on-write) mapping: pages are read as the comparison touches them (no read()
+    # copy). As with any read after the reply, the file is the candidate's until it is unlinked.
+    raw = torch.from_numpy(np.memmap(path, mode="c", dtype=np.uint8, shape=(nbytes,)))
+    return raw.view(dtype).reshape(shape)

@@ -90,16 +90,21 @@ def _pct(xs: list[float], q: float) -> float:
 
 def summarize(xs: list[float]) -> dict[str, float]:
     return {"median": statistics.median(xs), "p25": _pct(xs, 0.25), "p75": _pct(xs, 0.75),
-            "min": min(xs), "max": max(xs), "n": len(xs)}
+            "min": min(xs), "max": max(xs), "n": float(len(xs))}
 
 
-def time_interleaved(h: Any, msg: dict[str, Any]) -> dict[str, Any]:
+def time_interleaved(h: Any, req: Any) -> Any:
+    """Run a :class:`~drkernel.env.protocol.TimeRequest` in the worker; a candidate (or reference)
+    call that raises is the candidate's failure at the ``timing`` stage."""
+    from drkernel.env.protocol import TimeReply
+    from drkernel.env.worker import CandidateError, _trim_traceback
+
     torch = h.torch
     cuda = h.device.startswith("cuda")
-    pool = [h.pool_inputs(s) for s in msg["pool_seeds"]]
-    factors: list[float] = msg["factors"]  # one per timed call (and warm-up call)
-    trials, warmup = int(msg["trials"]), int(msg["warmup"])
-    spot = set(msg.get("spot", []))
+    pool = [h.pool_inputs(s) for s in req.pool_seeds]
+    factors: list[float] = list(req.factors)  # one per timed call (and warm-up call)
+    trials, warmup = int(req.trials), int(req.warmup)
+    spot = set(req.spot)
     flush = None
     if cuda:
         l2 = torch.cuda.get_device_properties(h.device).L2_cache_size or (50 << 20)
@@ -124,16 +129,21 @@ def time_interleaved(h: Any, msg: dict[str, Any]) -> dict[str, Any]:
         h.sync()
         if flush is not None:
             flush.zero_()  # queued ahead of the start event: the GPU is busy while the host launches
-        with grad_ctx():
-            t0 = _perf()
-            if cuda:
-                start_ev.record()
-            out = model(*x)
-            if cuda:
-                end_ev.record()
-            t_launched = _perf()
-            h.sync()
-            t1 = _perf()
+        try:
+            with grad_ctx():
+                t0 = _perf()
+                if cuda:
+                    start_ev.record()
+                out = model(*x)
+                if cuda:
+                    end_ev.record()
+                t_launched = _perf()
+                h.sync()
+                t1 = _perf()
+        except BaseException as exc:  # noqa: BLE001 - the candidate's process: its failure, stage timing
+            who = "ModelNew.forward" if model is h.model else "the reference (run beside the candidate)"
+            raise CandidateError("timing", f"{who} raised while timed: "
+                                 + _trim_traceback(exc, h.candidate_file)) from None
         host_ms = (t1 - t0) * 1e3
         ev_ms = start_ev.elapsed_time(end_ev) if cuda else host_ms
         return ev_ms, host_ms, (t_launched - t0) * 1e3, out
@@ -175,15 +185,14 @@ def time_interleaved(h: Any, msg: dict[str, Any]) -> dict[str, Any]:
     # Reported time: event time, unless host time (minus the reference's normal gap) is larger.
     cand_ms = [max(e, hh - ref_gap) for e, hh in zip(cand_ev, cand_host)]
     ref_ms = ref_ev
-    return {
-        "ok": True,
-        "reference": summarize(ref_ms), "candidate": summarize(cand_ms),
-        "candidate_event": summarize(cand_ev), "candidate_host": summarize(cand_host),
-        "reference_host": summarize(ref_host),
-        "host_gap_ms": {"reference": ref_gap, "candidate": cand_gap},
-        "launch_ms": {k: statistics.median(v) for k, v in launch.items()},
-        "calls_without_launch": calls_without_launch, "spot": spot_out,
-        "timed_total_ms": sum(ref_host) + sum(cand_host), "total_s": total_s,
-        "samples": {"reference": ref_ms, "candidate": cand_ms},
-        "persisting_l2_reset": (all(l2_resets_ok) if l2_resets_ok else None),
-    }
+    return TimeReply(
+        reference=summarize(ref_ms), candidate=summarize(cand_ms),
+        candidate_event=summarize(cand_ev), candidate_host=summarize(cand_host),
+        reference_host=summarize(ref_host),
+        host_gap_ms={"reference": ref_gap, "candidate": cand_gap},
+        launch_ms={k: statistics.median(v) for k, v in launch.items()},
+        calls_without_launch=calls_without_launch, spot=spot_out,
+        timed_total_ms=sum(ref_host) + sum(cand_host), total_s=total_s,
+        samples={"reference": ref_ms, "candidate": cand_ms},
+        persisting_l2_reset=(all(l2_resets_ok) if l2_resets_ok else None),
+    )

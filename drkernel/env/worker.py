@@ -1,15 +1,19 @@
 """The candidate's process: ``python -m drkernel.env.worker FD WORKDIR``.
 
-Spawned fresh for every evaluation by :mod:`drkernel.env.sandbox`. It imports torch and triton,
-records the identities of the functions the harness relies on, installs the launch recorder, and
-only then imports the candidate. It answers JSON requests from the grader on socket ``FD``;
-tensors travel as raw files in ``WORKDIR`` (see :mod:`drkernel.env.tensor_io`).
+Started ahead of time by :mod:`drkernel.env.sandbox` (a *warm* spare): it imports torch and
+triton, creates the CUDA context when it serves a GPU, records the identities of the functions the
+harness relies on, installs the launch recorder, and says hello. It then serves exactly one
+candidate and exits. It speaks :mod:`drkernel.env.protocol` on socket ``FD``; candidate outputs go
+back as raw files in ``WORKDIR`` (see :mod:`drkernel.env.tensor_io`).
 
-Requests (``op``): ``load``, ``run`` (one checked call), ``time`` (interleaved timing of reference
-and candidate), ``profile`` (coverage), ``exit``. Every reply carries ``tampered``: the harness
-functions whose identity changed since start-up (a hack: ``harness_tampered``).
+Inputs are drawn here, from the hidden seed in the request that uses them, with the grader's own
+code (:meth:`LoadedTask.draw_inputs`), so the grader draws the same bits without shipping tensors.
+Every reply carries ``tampered``: the harness functions whose identity changed since start-up
+(a hack: ``harness_tampered``). Nothing here decides correctness: the grader compares outputs.
 
-Nothing here decides correctness: the grader compares outputs in its own process.
+Faults: everything that fails after the candidate was imported is the candidate's (its code runs
+in this process and may have provoked it), at the stage of the request: load -> compile, run ->
+correctness, time -> timing, profile -> profiling. A failure before that is the harness's.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ class Harness:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         torch.set_float32_matmul_precision("highest")
-        torch.set_num_threads(int(os.environ.get("DRKERNEL_WORKER_THREADS", "1")))
+        torch.set_num_threads(1)
         from drkernel.env.launches import LaunchRecorder
         from drkernel.env import tensor_io
 
@@ -67,7 +71,8 @@ class Harness:
         self.device = "cpu"
         self.model = None
         self.reference = None
-        self.ref_module = None
+        self.tampered_before: list[str] = []
+        self.loaded = None  # LoadedTask: the reference's module, inputs drawn from seeds
         self.candidate_file: str | None = None
         self.entry_point = "Model"
 
@@ -125,28 +130,30 @@ class Harness:
         del blocks
 
     # -- ops --------------------------------------------------------------------------------------
-    def op_load(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def op_load(self, req: Any) -> Any:
+        from drkernel.env.protocol import Failure, LoadReply
+        from drkernel.env.task import SeededRandom, Task, TaskError, split_init_inputs
+
         torch = self.torch
-        self.device = msg["device"]
-        self.entry_point = msg.get("entry_point", "Model")
-        os.environ["DRKERNEL_TASK_SIZE"] = msg["task_size"]
-        if self.device.startswith("cuda"):
-            dev = torch.device(self.device)
-            torch.cuda.set_device(dev.index if dev.index is not None else torch.cuda.current_device())
-        # The reference (trusted) first, under a name the candidate cannot guess.
-        ref_source = Path(msg["task_file"]).read_text()
-        import types
-
-        self.ref_module = types.ModuleType(f"_ref_{os.urandom(8).hex()}")
-        exec(compile(ref_source, msg["task_file"], "exec"), self.ref_module.__dict__)  # noqa: S102
-        init = self.tensor_io.decode_args(msg["init"], self.workdir)
-        from drkernel.env.task import split_init_inputs
-
+        t0 = _perf()
+        self.device = req.device
+        self.entry_point = req.entry_point
+        os.environ["DRKERNEL_TASK_SIZE"] = req.task_size  # this process's own environment (one thread)
+        # The reference (trusted) first, before any candidate code runs.
+        try:
+            if self.device.startswith("cuda"):
+                dev = torch.device(self.device)
+                torch.cuda.set_device(dev.index if dev.index is not None else torch.cuda.current_device())
+            self.loaded = Task.from_source(req.task_source, name=req.task_name,
+                                           entry_point=req.entry_point).load(req.task_size)
+            init = self.loaded.init_inputs(req.init_seed)
+            self.reference = self.loaded.build_model(init, req.init_seed, self.device)
+        except (TaskError, Exception) as exc:  # noqa: BLE001 - the grader loaded it fine: the harness broke
+            return Failure(stage="compile", error=f"worker could not build the reference: {type(exc).__name__}: {exc}",
+                           fault="harness")
         args, kwargs = split_init_inputs(init)
-        torch.manual_seed(msg["init_seed"])
-        self.reference = getattr(self.ref_module, self.entry_point)(*args, **kwargs).to(self.device).eval()
         # The candidate, from its real file (Triton reads kernel source with inspect).
-        self.candidate_file = str(Path(msg["candidate_file"]).resolve())
+        self.candidate_file = str(Path(req.candidate_file).resolve())
         self.recorder.own_file = self.candidate_file
         name = f"_candidate_{os.urandom(8).hex()}"
         # The reference is built (and CUDA initialised) before this point, so threads that appear
@@ -163,9 +170,9 @@ class Harness:
         cls = getattr(module, f"{self.entry_point}New", None)
         if cls is None or not isinstance(cls, type):
             raise CandidateError("compile", f"the candidate defines no class {self.entry_point}New")
-        torch.manual_seed(msg["init_seed"])
         try:
-            model = cls(*[_clone(a) for a in args], **{k: _clone(v) for k, v in kwargs.items()})
+            with SeededRandom(req.init_seed):  # the reference's init stream: identical weights
+                model = cls(*[_clone(a) for a in args], **{k: _clone(v) for k, v in kwargs.items()})
             if not isinstance(model, torch.nn.Module):
                 raise TypeError(f"{self.entry_point}New is not a torch.nn.Module")
             threads_delta = max(threading.active_count() - py_threads_before, _os_threads() - os_threads_before)
@@ -173,75 +180,75 @@ class Harness:
         except BaseException as exc:  # noqa: BLE001
             raise CandidateError("compile", f"{self.entry_point}New(*get_init_inputs()) failed: "
                                  + _trim_traceback(exc, self.candidate_file)) from None
-        if msg.get("reference_backend") == "torch_compile":
+        if req.reference_backend == "torch_compile":
             self.reference = torch.compile(self.reference)
-        return {"ok": True, "threads_delta": threads_delta}
+        return LoadReply(threads_delta=threads_delta, load_s=_perf() - t0)
 
-    def op_run(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def op_run(self, req: Any) -> Any:
+        from drkernel.env.protocol import RunReply
+
         torch = self.torch
-        inputs = self.tensor_io.decode_args(msg["inputs"], self.workdir, self.device)
+        t0 = _perf()
+        inputs = self.pool_inputs(req.seed, req.distribution)
+        draw_s = _perf() - t0
         tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
         pristine = [t.clone() for t in tensors]
-        self._prefill(int(msg.get("prefill_bytes", 0)), msg.get("prefill", "nan"))
+        self._prefill(int(req.prefill_bytes), req.prefill)
         threads_before = threading.active_count()
         os_threads_before = _os_threads()
         self.recorder.reset()
         self.sync()
         t0 = _perf()
         try:
-            with self._grad_ctx(msg.get("grad_mode", "no_grad")):
+            with self._grad_ctx(req.grad_mode):
                 out = self.model(*inputs)
             self.sync()
         except BaseException as exc:  # noqa: BLE001
             raise CandidateError("correctness", "ModelNew.forward raised: "
                                  + _trim_traceback(exc, self.candidate_file)) from None
-        call_s = _perf() - t0
-        reply: dict[str, Any] = {
-            "ok": True, "launches": dict(self.recorder.counts), "launch_s": self.recorder.seconds,
-            "call_s": call_s, "threads_delta": threading.active_count() - threads_before,
+        reply = RunReply(
+            launches=dict(self.recorder.counts), launch_s=self.recorder.seconds, call_s=_perf() - t0,
+            threads_delta=threading.active_count() - threads_before,
             # Native threads may legitimately appear on the first call (CUDA, Triton, thread pools):
             # the grader ignores this number for the first checked call.
-            "os_threads_delta": _os_threads() - os_threads_before,
-        }
+            os_threads_delta=_os_threads() - os_threads_before, draw_s=draw_s)
         from drkernel.env.compare import aliases, is_dense, lazy_output_reason
 
         if not isinstance(out, torch.Tensor):
-            reply["not_tensor"] = f"forward returned {type(out).__name__}, expected a single torch.Tensor"
+            reply.not_tensor = f"forward returned {type(out).__name__}, expected a single torch.Tensor"
             return reply
         lazy = lazy_output_reason(out, self.device)
         if lazy:
-            reply["lazy"] = lazy
+            reply.lazy = lazy
             return reply
-        reply["aliases_input"] = aliases(out, tensors)
-        reply["dense"] = is_dense(out)
-        reply["mutated"] = [i for i, (a, b) in enumerate(zip(tensors, pristine)) if not _same_bits(a, b)]
-        reply["out"] = self.tensor_io.write_tensor(out, self.workdir, msg.get("out_name", "out"))
+        reply.aliases_input = aliases(out, tensors)
+        reply.dense = is_dense(out)
+        reply.mutated = [i for i, (a, b) in enumerate(zip(tensors, pristine)) if not _same_bits(a, b)]
+        t0 = _perf()
+        reply.out = self.tensor_io.write_tensor(out, self.workdir, req.out_name)
+        reply.write_s = _perf() - t0
         return reply
 
-    def op_time(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def op_time(self, req: Any) -> Any:
         """Interleaved timing of reference and candidate on fresh inputs; see drkernel.env.timing."""
         from drkernel.env.timing import time_interleaved
 
-        return time_interleaved(self, msg)
+        return time_interleaved(self, req)
 
-    def op_profile(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def op_profile(self, req: Any) -> Any:
         from drkernel.env.profiling import measure_coverage
 
         # torch.profiler legitimately swaps some entry points while it records: check for tampering
         # before it runs, then take a fresh snapshot so the profiler's own changes are not reported.
         before = self.tampered()
-        reply = measure_coverage(self, msg)
+        reply = measure_coverage(self, req)
         self._snapshot = self._identities()
-        reply["tampered_before"] = before
+        self.tampered_before = before
         return reply
 
-    def pool_inputs(self, seed: int) -> list[Any]:
-        """``get_inputs()`` of the reference under ``seed``, moved to the device."""
-        torch = self.torch
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            inputs = list(self.ref_module.get_inputs())
-        return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in inputs]
+    def pool_inputs(self, seed: int, distribution: str = "native") -> list[Any]:
+        """The reference task's inputs for ``seed`` on this device (the grader draws the same)."""
+        return self.loaded.draw_inputs(seed, distribution, self.device)
 
 
 def _os_threads() -> int:
@@ -269,35 +276,61 @@ def _same_bits(a: Any, b: Any) -> bool:
     return bool(torch.equal(a, b))
 
 
+#: Stage a failure of each request is reported at.
+OP_STAGES = {"load": "compile", "run": "correctness", "time": "timing", "profile": "profiling"}
+
+
 def main(argv: list[str]) -> int:
+    t_start = _perf()
     fd, workdir = int(argv[0]), argv[1]
     conn = Connection(fd)
+    from drkernel.env import protocol as P
+
+    device = os.environ.get("DRKERNEL_WORKER_DEVICE", "cpu")
     try:
         harness = Harness(workdir)
-        conn.send_bytes(json.dumps({"ok": True, "ready": True, "pid": os.getpid()}).encode())
+        if device.startswith("cuda"):  # the CUDA context: part of the warm start
+            harness.torch.cuda.init()
+            harness.torch.empty(1, device="cuda")
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+        with profile(activities=acts):  # the profiler's one-time start-up cost (CUPTI on CUDA), ahead
+            harness.torch.empty(1, device="cuda" if device.startswith("cuda") else "cpu")
+        harness._snapshot = harness._identities()  # after the profiler's own changes
+        import drkernel.env.compare  # noqa: F401 - imported ahead of the candidate, like everything used later
+        import drkernel.env.profiling  # noqa: F401
+        import drkernel.env.task  # noqa: F401
+        import drkernel.env.timing  # noqa: F401
+        conn.send_bytes(P.encode_reply(P.Hello(ready=True, pid=os.getpid(), device=device,
+                                               start_s=_perf() - t_start)))
     except BaseException as exc:  # noqa: BLE001 - report, then exit: an environment failure
-        conn.send_bytes(json.dumps({"ok": False, "environment": True,
-                                    "error": f"{type(exc).__name__}: {exc}"}).encode())
+        conn.send_bytes(P.encode_reply(P.Failure(stage="compile", error=f"{type(exc).__name__}: {exc}",
+                                                 fault="harness")))
         return 3
-    dumps = json.dumps  # captured before the candidate can touch json
+    send, encode = conn.send_bytes, P.encode_reply  # captured before the candidate can touch them
     while True:
         try:
-            msg = json.loads(conn.recv_bytes())
+            raw = conn.recv_bytes()
         except EOFError:
             return 0
-        op = msg.get("op")
-        if op == "exit":
-            conn.send_bytes(dumps({"ok": True}).encode())
-            return 0
         try:
-            reply = getattr(harness, f"op_{op}")(msg)
+            req = P.decode_request(raw)
+        except P.ProtocolError as exc:
+            send(encode(P.Failure(stage="compile", error=f"bad request: {exc}", fault="harness")))
+            return 4
+        if req.op == "exit":
+            return 0
+        stage = OP_STAGES[req.op]
+        harness.tampered_before = []
+        try:
+            reply = getattr(harness, f"op_{req.op}")(req)
         except CandidateError as exc:
-            reply = {"ok": False, "stage": exc.stage, "error": exc.message}
-        except BaseException as exc:  # noqa: BLE001
-            reply = {"ok": False, "stage": msg.get("stage", op),
-                     "error": _trim_traceback(exc, harness.candidate_file)}
-        reply["tampered"] = sorted(set(harness.tampered()) | set(reply.pop("tampered_before", [])))
-        conn.send_bytes(dumps(reply, default=str).encode())
+            reply = P.Failure(stage=exc.stage, error=exc.message, fault="candidate")
+        except BaseException as exc:  # noqa: BLE001 - after the candidate loaded, its process is its own
+            fault = "candidate" if harness.candidate_file is not None else "harness"
+            reply = P.Failure(stage=stage, error=_trim_traceback(exc, harness.candidate_file), fault=fault)
+        send(encode(reply, sorted(set(harness.tampered()) | set(harness.tampered_before))))
 
 
 if __name__ == "__main__":

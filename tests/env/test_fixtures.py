@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from drkernel.env.config import EvalConfig, cpu_fast
-from drkernel.env.evaluation import evaluate
+from drkernel.env.grader import LocalGrader
+from drkernel.env.task import Task
 
 FIX = Path(__file__).parent / "fixtures"
 MANIFEST = yaml.safe_load((FIX / "manifest.yaml").read_text())
@@ -32,11 +33,19 @@ FAST = {"honest/relu_basic.py", "wrong/add_mask_off_by_one.py", "compile/syntax_
         "hacks/pytorch_fallback.py", "hacks/patch_timers.py"}
 
 
+@pytest.fixture(scope="module")
+def grader():
+    """One warm LocalGrader for the corpus: spare processes start while the previous fixture is
+    graded (each candidate still gets a process of its own)."""
+    with LocalGrader(_config(), capacity=1, spares=2) as g:
+        yield g
+
+
 @pytest.mark.parametrize("entry", [pytest.param(e, id=e["candidate"], marks=() if e["candidate"] in FAST
                                                 else pytest.mark.slow) for e in ENTRIES])
-def test_fixture_verdict(entry):
-    r = evaluate(FIX / "tasks" / entry["task"], FIX / "candidates" / entry["candidate"], seed=20261122,
-                 config=_config())
+def test_fixture_verdict(entry, grader):
+    task = Task.from_file(FIX / "tasks" / entry["task"])
+    r = grader.grade(task, (FIX / "candidates" / entry["candidate"]).read_text(), seed=20261122)
     expect = entry["expect"]
     summary = (f"compiled={r.compiled} correct={r.correct} hacked={r.hacked} reasons={r.hack_reasons} "
                f"error={r.error}\nfeedback:\n{r.feedback}")
@@ -47,8 +56,12 @@ def test_fixture_verdict(entry):
         assert set(expect["hack_reasons_any"]) & set(r.hack_reasons), summary
     if expect.get("compiled") is False:
         assert r.error is not None and r.error.stage == "compile", summary
+    if "coverage_max" in expect:  # a torch fallback: low coverage, or none with the reason (CPU, defect 9)
+        assert (r.coverage is not None and r.coverage <= expect["coverage_max"]) or (
+            r.coverage is None and (r.details.get("profile") or {}).get("reason")), summary
     if r.passed:
-        assert r.speedup is not None and r.coverage is not None
+        assert r.speedup is not None
+        assert r.coverage is not None or (r.details.get("profile") or {}).get("reason"), summary
     assert r.feedback  # every verdict comes with feedback for the model
 
 

@@ -3,19 +3,13 @@
 import pytest
 import torch
 
-from drkernel.env.tensor_io import TensorIOError, decode_args, encode_args, read_tensor, write_tensor
+from drkernel.env.tensor_io import TensorIOError, read_tensor, write_tensor
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.bool])
 def test_roundtrip(tmp_path, dtype):
     t = (torch.randn(3, 5) * 10).to(dtype)
     assert torch.equal(read_tensor(write_tensor(t.t(), tmp_path, "a"), tmp_path), t.t())
-
-
-def test_args_roundtrip(tmp_path):
-    args = [torch.randn(2), 3, 0.5, [torch.ones(1), None], {"k": torch.zeros(2)}]
-    out = decode_args(encode_args(args, tmp_path, "p"), tmp_path)
-    assert torch.equal(out[0], args[0]) and out[1:3] == [3, 0.5] and out[3][1] is None
 
 
 @pytest.mark.parametrize("desc", [

@@ -6,6 +6,7 @@
 import argparse
 import json
 import statistics
+from pathlib import Path
 
 from drkernel.env.config import EvalConfig
 from drkernel.env.evaluation import evaluate
@@ -22,7 +23,7 @@ def main() -> None:
     cfg = EvalConfig(device=args.device, profile=False)
     rows = []
     for i in range(args.repeats):
-        r = evaluate(args.task, args.candidate, seed=1000 + i, config=cfg)
+        r = evaluate(Path(args.task), Path(args.candidate), seed=1000 + i, config=cfg)
         t = r.details.get("timing", {})
         rows.append({"run": i, "passed": r.passed, "kernel_ms": r.kernel_ms, "reference_ms": r.reference_ms,
                      "speedup": r.speedup, "kernel_p25": t.get("candidate_ms", {}).get("p25"),

@@ -1,0 +1,167 @@
+"""A task made ready for grading: loaded once, reference models and outputs cached.
+
+Graders see the same task many times (16 samples of one prompt, several turns) with the same
+hidden seed per group; the reference side of an evaluation depends only on (task, size, device,
+seed), so it is computed once and reused across candidates::
+
+    prepared = PreparedTask.prepare(task, task_size="small", device="cpu")
+    ref = prepared.reference(init_seed, TrialKey(seed=123, distribution="native"))  # cached
+
+Reference outputs are kept on the evaluation device, least recently used first out beyond
+``cache_bytes``. Everything here runs in the grader's process, before the candidate's process
+receives any work (a candidate that fills GPU memory cannot make the grader's references fail).
+Thread-safe: concurrent evaluations of one task share a lock per prepared task.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from drkernel.env.compare import aliases, is_dense
+from drkernel.env.task import LoadedTask, Task, TaskError, scale_floats, tensors_in
+
+
+@dataclass(frozen=True)
+class TrialKey:
+    """Which inputs: ``draw_inputs(seed, distribution)``, times ``factor`` when given (timed calls)."""
+
+    seed: int
+    distribution: str = "native"
+    factor: float | None = None
+
+
+@dataclass
+class ReferenceOutput:
+    out: torch.Tensor
+    aliases_input: bool
+    dense: bool
+    shapes: str
+
+    @property
+    def nbytes(self) -> int:
+        return self.out.numel() * self.out.element_size()
+
+
+@dataclass
+class PreparedTask:
+    task: Task
+    task_size: str
+    device: str
+    loaded: LoadedTask
+    cache_bytes: int = 1 << 30
+    _models: dict[int, torch.nn.Module] = field(default_factory=dict, repr=False)
+    _outputs: "OrderedDict[tuple[int, TrialKey], ReferenceOutput]" = field(default_factory=OrderedDict, repr=False)
+    _bytes: int = 0
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    hits: int = 0
+    misses: int = 0
+
+    @classmethod
+    def prepare(cls, task: Task, task_size: str, device: str, cache_bytes: int = 1 << 30) -> "PreparedTask":
+        """Load the task (executes its source once). Raises TaskError for an unusable task."""
+        return cls(task, task_size, device, task.load(task_size), cache_bytes)
+
+    def init_inputs(self, init_seed: int) -> list[Any]:
+        return self.loaded.init_inputs(init_seed)
+
+    def model(self, init_seed: int) -> torch.nn.Module:
+        with self._lock:
+            m = self._models.get(init_seed)
+            if m is None:
+                try:
+                    m = self.loaded.build_model(self.loaded.init_inputs(init_seed), init_seed, self.device)
+                except TaskError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - the reference is trusted: its failure is the task's
+                    raise TaskError(f"task {self.task.name}: Model(*get_init_inputs()) failed: "
+                                    f"{type(exc).__name__}: {exc}") from exc
+                if len(self._models) >= 4:
+                    self._models.pop(next(iter(self._models)))
+                self._models[init_seed] = m
+            return m
+
+    def draw(self, key: TrialKey) -> list[Any]:
+        inputs = self.loaded.draw_inputs(key.seed, key.distribution, self.device)
+        return scale_floats(inputs, key.factor) if key.factor is not None else inputs
+
+    def reference(self, init_seed: int, key: TrialKey) -> ReferenceOutput:
+        """The reference's output on ``key``'s inputs (computed once, then cached)."""
+        with self._lock:
+            cached = self._outputs.get((init_seed, key))
+            if cached is not None:
+                self._outputs.move_to_end((init_seed, key))
+                self.hits += 1
+                return cached
+            self.misses += 1
+            model = self.model(init_seed)
+            inputs = self.draw(key)
+            before = [t.clone() for t in tensors_in(inputs)]
+            try:
+                with torch.no_grad():
+                    out = model(*inputs)
+            except Exception as exc:  # noqa: BLE001 - the reference is broken: an unusable task, not a verdict
+                raise TaskError(f"the reference forward of {self.task.name} raised {type(exc).__name__}: "
+                                f"{exc}") from exc
+            if not isinstance(out, torch.Tensor):
+                raise TaskError(f"the reference forward of {self.task.name} returned {type(out).__name__}; "
+                                "a single tensor is required")
+            tensors = list(tensors_in(inputs))
+            ref = ReferenceOutput(out.detach(), aliases(out, tensors), is_dense(out),
+                                  ", ".join(str(tuple(t.shape)) for t in before) or "-")
+            if ref.aliases_input:
+                ref.out = ref.out.clone()  # keep the value, not a view of inputs dropped below
+            self._outputs[(init_seed, key)] = ref
+            self._bytes += ref.nbytes
+            while self._bytes > self.cache_bytes and len(self._outputs) > 1:
+                _, old = self._outputs.popitem(last=False)
+                self._bytes -= old.nbytes
+            return ref
+
+    def release(self) -> None:
+        """Drop cached models and outputs (frees device memory)."""
+        with self._lock:
+            self._models.clear()
+            self._outputs.clear()
+            self._bytes = 0
+
+
+class PreparedCache:
+    """Prepared tasks by (task digest, entry point, size, device), least recently used out."""
+
+    def __init__(self, max_tasks: int = 32, cache_bytes: int = 1 << 30):
+        self.max_tasks = max_tasks
+        self.cache_bytes = cache_bytes
+        self._items: "OrderedDict[tuple, PreparedTask]" = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, task: Task, task_size: str, device: str) -> PreparedTask:
+        key = (task.digest, task.entry_point, task.name, task_size, device)
+        with self._lock:
+            p = self._items.get(key)
+            if p is not None:
+                self._items.move_to_end(key)
+                return p
+        p = PreparedTask.prepare(task, task_size, device, self.cache_bytes)  # outside the lock: may be slow
+        with self._lock:
+            existing = self._items.get(key)
+            if existing is not None:
+                return existing
+            self._items[key] = p
+            while len(self._items) > self.max_tasks:
+                _, old = self._items.popitem(last=False)
+                old.release()
+        return p
+
+    def clear(self) -> None:
+        with self._lock:
+            for p in self._items.values():
+                p.release()
+            self._items.clear()
+
+
+__all__ = ["PreparedTask", "PreparedCache", "ReferenceOutput", "TrialKey"]

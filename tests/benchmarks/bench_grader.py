@@ -1,0 +1,172 @@
+"""Grader throughput: warm LocalGrader vs a fresh process per evaluation, side by side.
+
+    python tests/benchmarks/bench_grader.py                      # CPU smoke (3 tasks, light protocol)
+    python tests/benchmarks/bench_grader.py --device cuda        # one GPU, all single_ops, full protocol
+    python tests/benchmarks/bench_grader.py --device cuda --tasks '0*' --repeat 10 --json out.json
+
+Runs the ``envs/single_ops`` reference solutions (the suite's protocol: correctness trials,
+timing, profiling) three ways, in one process and with the same Triton cache state:
+
+1. ``warm-up``: one pass that fills the Triton cache (not counted);
+2. ``fresh``: ``evaluate()`` per solution, each in a newly started process (the old path);
+3. ``warm``: a :class:`LocalGrader` (spare processes started ahead, references cached) grading
+   the same solutions ``--concurrency`` at a time.
+
+Prints evaluations/minute of both and the ratio, p50/p99 latency (warm), the mean seconds per
+stage (process start, references, load/compile, correctness, transfers, timing, profiling, ...),
+and the timing spread of one kernel over ``--repeat`` evaluations (speedup max/min - 1).
+Writes everything as JSON with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+
+def _pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    k = (len(s) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--suite", default=str(ROOT / "envs" / "single_ops"))
+    ap.add_argument("--tasks", default=None, help="task filter (default: 3 tasks on cpu, all on cuda)")
+    ap.add_argument("--concurrency", type=int, default=None, help="warm grader capacity (default: its own)")
+    ap.add_argument("--repeat", type=int, default=None, help="evaluations of one kernel for the spread "
+                    "(default 10 on cuda, 3 on cpu)")
+    ap.add_argument("--spread-task", default=None, help="task id for the spread (default: the first task)")
+    ap.add_argument("--skip-fresh", action="store_true")
+    ap.add_argument("--skip-warmup", action="store_true", help="no Triton-cache warm-up pass (cache already warm)")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+
+    from drkernel.env.evaluation import evaluate
+    from drkernel.env.grader import LocalGrader
+    from drkernel.env.suite import load_suite
+
+    cuda = args.device.startswith("cuda")
+    suite = load_suite(args.suite)
+    selected = suite.select(args.tasks or (None if cuda else "01*,07*,13*"))
+    config = suite.eval_config(device=args.device)
+    jobs = [(st.id, st.task(suite.entry_point), st.solution.read_text()) for st in selected if st.solution]
+    repeat = args.repeat or (10 if cuda else 3)
+    print(f"{len(jobs)} solutions of {suite.id} on {args.device}; protocol: {config.trials_per_distribution} "
+          f"trials x {len(config.distributions)} distributions, {config.timing_trials} timed calls, "
+          f"profile={config.profile}", flush=True)
+    out: dict = {"device": args.device, "suite": suite.id, "tasks": [j[0] for j in jobs], "config": {
+        "timing_trials": config.timing_trials, "warmup": config.warmup,
+        "trials_per_distribution": config.trials_per_distribution}}
+
+    def show(arm: str, tid: str, r) -> None:
+        st = r.details.get("stage_seconds", {})
+        parts = " ".join(f"{k}={v:.2f}" for k, v in sorted(st.items(), key=lambda kv: -kv[1]) if v >= 0.01)
+        print(f"  [{arm}] {tid:<24} {'PASS' if r.passed else 'FAIL'} {r.details.get('eval_seconds', 0):6.2f}s  {parts}",
+              flush=True)
+
+    def run_fresh(arm: str) -> tuple[float, list]:
+        t0 = time.monotonic()
+        rs = []
+        for i, (tid, task, src) in enumerate(jobs):
+            rs.append(evaluate(task, src, seed=i, config=config))
+            show(arm, tid, rs[-1])
+        return time.monotonic() - t0, rs
+
+    # 1. warm-up: Triton cache filled for both arms
+    if not args.skip_warmup:
+        t0 = time.monotonic()
+        warm_rs = run_fresh("warm-up")[1]
+        out["warmup_s"] = time.monotonic() - t0
+        bad = [j[0] for j, r in zip(jobs, warm_rs) if not r.passed]
+        print(f"warm-up pass: {out['warmup_s']:.1f}s; not passing: {bad or 'none'}", flush=True)
+
+    # 2. fresh process per evaluation
+    if not args.skip_fresh:
+        fresh_s, fresh_rs = run_fresh("fresh")
+        out["fresh"] = {"seconds": fresh_s, "evals_per_min": 60 * len(jobs) / fresh_s,
+                        "latency_s": [r.details["eval_seconds"] for r in fresh_rs]}
+
+    # 3. warm LocalGrader
+    grader = LocalGrader(config, capacity=args.concurrency)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and grader.pool.ready_count(grader.devices[0]) < grader.pool.spares:
+            time.sleep(0.2)  # let the spares start, as in a long-lived grader
+        lat: list[float] = []
+
+        def one(i: int):
+            _, task, src = jobs[i]
+            t = time.monotonic()
+            r = grader.grade(task, src, seed=i)
+            lat.append(time.monotonic() - t)
+            show("warm", jobs[i][0], r)
+            return r
+
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(max_workers=grader.capacity) as pool:
+            warm_rs = list(pool.map(one, range(len(jobs))))
+        warm_s = time.monotonic() - t0
+        stages: dict[str, list[float]] = {}
+        for r in warm_rs:
+            for k, v in r.details.get("stage_seconds", {}).items():
+                stages.setdefault(k, []).append(v)
+        out["warm"] = {"seconds": warm_s, "evals_per_min": 60 * len(jobs) / warm_s, "capacity": grader.capacity,
+                       "latency_p50_s": _pct(lat, 0.5), "latency_p99_s": _pct(lat, 0.99),
+                       "warm_processes": sum(bool(r.details.get("warm_process")) for r in warm_rs),
+                       "passed": sum(r.passed for r in warm_rs),
+                       "stage_mean_s": {k: sum(v) / len(jobs) for k, v in stages.items()}}
+        # 4. timing spread of one kernel over repeated evaluations (sequential: no timing overlap)
+        spread_id = args.spread_task or jobs[0][0]
+        _, task, src = next(j for j in jobs if j[0] == spread_id)
+        speedups = []
+        for i in range(repeat):
+            r = grader.grade(task, src, seed=1000 + i)
+            show("spread", spread_id, r)
+            if r.speedup:
+                speedups.append(r.speedup)
+        out["spread"] = {"task": spread_id, "speedups": speedups,
+                         "max_over_min_minus_1": (max(speedups) / min(speedups) - 1) if speedups else None,
+                         "cv": (statistics.pstdev(speedups) / statistics.mean(speedups)) if len(speedups) > 1 else None}
+    finally:
+        grader.close()
+
+    # report
+    w = out["warm"]
+    print(f"\n{'arm':<8} {'evals':>5} {'seconds':>8} {'evals/min':>10}")
+    if "fresh" in out:
+        f = out["fresh"]
+        print(f"{'fresh':<8} {len(jobs):>5} {f['seconds']:>8.1f} {f['evals_per_min']:>10.1f}")
+    print(f"{'warm':<8} {len(jobs):>5} {w['seconds']:>8.1f} {w['evals_per_min']:>10.1f}   (capacity {w['capacity']}, "
+          f"{w['warm_processes']}/{len(jobs)} warm processes, {w['passed']} passed)")
+    if "fresh" in out:
+        out["speedup_warm_over_fresh"] = w["evals_per_min"] / out["fresh"]["evals_per_min"]
+        print(f"warm / fresh: {out['speedup_warm_over_fresh']:.2f}x")
+    print(f"warm latency p50 {w['latency_p50_s']:.2f}s  p99 {w['latency_p99_s']:.2f}s")
+    print("\nmean seconds per evaluation, by stage (warm):")
+    for k, v in sorted(w["stage_mean_s"].items(), key=lambda kv: -kv[1]):
+        print(f"  {k:<14} {v:8.3f}")
+    s = out["spread"]
+    if s["speedups"]:
+        print(f"\ntiming spread of {s['task']} over {len(s['speedups'])} evaluations: speedup "
+              f"{min(s['speedups']):.3f}x-{max(s['speedups']):.3f}x, max/min-1 = {100 * s['max_over_min_minus_1']:.1f}%"
+              + (f", cv {100 * s['cv']:.1f}%" if s["cv"] is not None else ""))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2))
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
