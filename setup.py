@@ -16,6 +16,10 @@ EXTRAS = {
     "bench": ["matplotlib", "pyarrow"],
     # Large-scale training on verl (FSDP + vLLM) over Ray.
     "train": ["verl>=0.5", "vllm", "ray[default]", "transformers", "omegaconf", "hydra-core", "tensorboard"],
+    # Grading across machines: `drkernel serve`, RemoteGrader (HTTP), metrics.
+    "serve": ["fastapi>=0.110", "uvicorn>=0.29", "httpx>=0.27", "prometheus-client>=0.20"],
+    # RayGrader: a pool of grading actors on a Ray cluster.
+    "ray": ["ray>=2.9"],
     # Test tools.
     "dev": ["pytest>=8", "pytest-timeout"],
 }
