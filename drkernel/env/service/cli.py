@@ -44,6 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-body-mb", type=float, default=2.0, help="largest request body, MiB")
     parser.add_argument("--no-warmup", action="store_true",
                         help="report ready without grading the probe kernel first")
+    parser.add_argument("--grader", default=None, metavar="MODULE:FACTORY",
+                        help="serve another Grader: FACTORY(config, capacity) -> Grader (default: LocalGrader)")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
 
@@ -69,8 +71,25 @@ def build_service(args: argparse.Namespace) -> Any:
     cache = None if args.no_cache else ResultCache(state / "cache.sqlite", max_entries=args.cache_size)
     settings = ServiceSettings(max_queue=args.queue_size, max_body_bytes=int(args.max_body_mb * (1 << 20)),
                                token=args.token or os.environ.get(TOKEN_ENV) or None, warmup=not args.no_warmup)
-    return GradingService(lambda: LocalGrader(config, capacity=args.workers), base_config=config, store=store,
-                          cache=cache, settings=settings)
+    factory = _import_factory(args.grader) if args.grader else _local_factory(LocalGrader)
+    return GradingService(lambda: factory(config, args.workers), base_config=config, store=store, cache=cache,
+                          settings=settings)
+
+
+def _local_factory(cls: Any) -> Any:
+    return lambda config, capacity: cls(config, capacity=capacity)
+
+
+def _import_factory(spec: str) -> Any:
+    import importlib
+
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise ValueError(f"--grader must be MODULE:FACTORY, got {spec!r}")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"--grader {spec}: {exc}") from exc
 
 
 def main(args: argparse.Namespace) -> int:
