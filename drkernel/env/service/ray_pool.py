@@ -151,6 +151,8 @@ class RayGrader(GraderBase):
         self.retries = retries
         self._owner = owner
         self._in_flight = [0] * len(actors)
+        self._down = [False] * len(actors)  # a call to it failed: wait for its restart before using it
+        self.restart_timeout_s = 300.0
         self._balance = threading.Lock()
         self.stats = {"calls": 0, "actor_deaths": 0, "environment_failures": 0}
 
@@ -192,6 +194,8 @@ class RayGrader(GraderBase):
         for _ in range(self.retries + 1):
             i = self._acquire(tried)
             try:
+                if self._down[i]:
+                    self._wait_up(i)
                 return self._unpack(ray.get(self.actors[i].grade.remote(*args)))
             except _retryable() as exc:
                 last = self._died(i, tried, exc)
@@ -208,6 +212,8 @@ class RayGrader(GraderBase):
         for _ in range(self.retries + 1):
             i = self._acquire(tried)
             try:
+                if self._down[i]:
+                    await self._await_up(i)
                 return self._unpack(await self.actors[i].grade.remote(*args))
             except _retryable() as exc:
                 last = self._died(i, tried, exc)
@@ -233,8 +239,10 @@ class RayGrader(GraderBase):
 
     # -- helpers --------------------------------------------------------------------------------
     def _acquire(self, exclude: set[int]) -> int:
+        """The least loaded actor not in ``exclude``, preferring actors not known to be restarting."""
         with self._balance:
             candidates = [i for i in range(len(self.actors)) if i not in exclude] or list(range(len(self.actors)))
+            candidates = [i for i in candidates if not self._down[i]] or candidates
             low = min(self._in_flight[i] for i in candidates)
             i = random.choice([i for i in candidates if self._in_flight[i] == low])
             self._in_flight[i] += 1
@@ -249,7 +257,46 @@ class RayGrader(GraderBase):
         tried.add(i)
         with self._balance:
             self.stats["actor_deaths"] += 1
+            self._down[i] = True
         return exc
+
+    def _wait_up(self, i: int) -> None:
+        """Block until actor ``i`` answers again (Ray restarts it), or raise EnvironmentFailure (it is dead
+        for good: ActorDiedError, or not back within ``restart_timeout_s``)."""
+        import time
+
+        import ray
+
+        deadline = time.monotonic() + self.restart_timeout_s
+        while True:
+            try:
+                ray.get(self.actors[i].info.remote(), timeout=max(1.0, deadline - time.monotonic()))
+                self._down[i] = False
+                return
+            except (ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError) as exc:
+                if time.monotonic() > deadline:
+                    raise EnvironmentFailure(f"grading actor {i} did not come back: {type(exc).__name__}: "
+                                             f"{str(exc)[:300]}") from exc
+                time.sleep(0.2)
+
+    async def _await_up(self, i: int) -> None:
+        """``_wait_up`` for event loops."""
+        import asyncio
+        import time
+
+        import ray
+
+        deadline = time.monotonic() + self.restart_timeout_s
+        while True:
+            try:
+                await asyncio.wait_for(self.actors[i].info.remote(), max(1.0, deadline - time.monotonic()))
+                self._down[i] = False
+                return
+            except (ray.exceptions.ActorUnavailableError, asyncio.TimeoutError) as exc:
+                if time.monotonic() > deadline:
+                    raise EnvironmentFailure(f"grading actor {i} did not come back: {type(exc).__name__}: "
+                                             f"{str(exc)[:300]}") from exc
+                await asyncio.sleep(0.2)
 
     def _give_up(self, last: BaseException | None) -> EvalResult:
         with self._balance:
@@ -264,11 +311,20 @@ class RayGrader(GraderBase):
             raise TaskError(reply["task_error"])
         raise EnvironmentFailure(reply.get("environment_failure", "grading actor failed"))
 
-    def pids(self) -> list[int]:
-        """Process ids of the actors now (restarted actors get new ones)."""
+    def pids(self, timeout_s: float = 120.0) -> list[int]:
+        """Process ids of the actors now, waiting for restarting ones (restarted actors get new ids)."""
+        import time
+
         import ray
 
-        return [info["pid"] for info in ray.get([a.info.remote() for a in self.actors])]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return [info["pid"] for info in ray.get([a.info.remote() for a in self.actors])]
+            except ray.exceptions.ActorUnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
 
 __all__ = ["RayGrader", "GraderActor", "GraderFactory"]
