@@ -117,6 +117,13 @@ class _Metrics:
         self.rejected = Counter("drkernel_requests_rejected", "Requests refused, by HTTP status", ["status"],
                                 registry=r)
         self.recovered = Counter("drkernel_jobs_recovered", "Unanswered jobs re-queued at start", registry=r)
+        # LocalGrader's warm pool: every candidate gets a fresh worker process, started ahead of time
+        self.worker_starts = Gauge("drkernel_worker_processes_started", "Candidate worker processes the "
+                                   "grader started (one per candidate; since the last grader restart)", registry=r)
+        self.worker_starts.set_function(lambda: service.grader_stat("started"))
+        self.worker_start_failures = Gauge("drkernel_worker_start_failures", "Worker processes that failed "
+                                           "to start (since the last grader restart)", registry=r)
+        self.worker_start_failures.set_function(lambda: service.grader_stat("start_failures"))
 
 
 class GradingService:
@@ -172,6 +179,11 @@ class GradingService:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.grader is not None:
             await asyncio.to_thread(self.grader.close)
+
+    def grader_stat(self, name: str) -> float:
+        """A counter of the grader's worker pool (``LocalGrader.pool``), 0 when it has none."""
+        value = getattr(getattr(self.grader, "pool", None), name, 0)
+        return float(value) if isinstance(value, (int, float)) else 0.0
 
     @property
     def queue_depth(self) -> int:

@@ -1,0 +1,49 @@
+"""``drkernel serve``'s argument handling and the lazy imports of the service package."""
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from drkernel.env.service import cli
+
+
+def _args(*argv):
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_defaults_parse():
+    args = _args()
+    assert (args.host, args.port, args.device, args.workers, args.queue_size) == ("127.0.0.1", 8000, "cpu", None, 256)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--eval-options", "[1]"], "JSON object"),
+    (["--eval-options", "{\"atoll\": 1}"], "unknown EvalConfig field"),
+    (["--workers", "0"], "--workers must be >= 1"),
+    (["--gpus", "0"], "--gpus needs --device cuda"),
+    (["--grader", "nomodule"], "MODULE:FACTORY"),
+    (["--grader", "drkernel.env.service.cli:no_such"], "no_such"),
+])
+def test_unusable_arguments_exit_2_with_one_line(argv, words, capsys, tmp_path):
+    assert cli.main(_args("--state-dir", str(tmp_path), *argv)) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1
+
+
+def test_build_service_reads_token_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv(cli.TOKEN_ENV, "from-env")
+    service = cli.build_service(_args("--state-dir", str(tmp_path), "--cpu-fast", "--queue-size", "7"))
+    assert service.settings.token == "from-env" and service.settings.max_queue == 7
+    assert service.base_config.timing_trials == 3  # cpu_fast
+    assert (tmp_path / "jobs.sqlite").exists() and (tmp_path / "cache.sqlite").exists()
+
+
+def test_importing_the_package_pulls_in_no_server_or_cluster_library():
+    code = ("import sys, drkernel, drkernel.env, drkernel.env.service, drkernel.env.service.cli; "
+            "heavy = {'fastapi', 'uvicorn', 'httpx', 'ray', 'prometheus_client', 'torch'} & set(sys.modules); "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)
