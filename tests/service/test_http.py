@@ -132,3 +132,13 @@ def test_resubmission_is_answered_from_the_cache_ids_are_idempotent_metrics_coun
     assert values["drkernel_cache_hits_total"] >= 1
     assert values["drkernel_evaluation_seconds_count"] >= 2
     assert values["drkernel_queue_depth"] == 0 and values["drkernel_worker_restarts_total"] == 0
+
+
+@pytest.mark.slow
+def test_remote_grader_passes_the_grader_conformance_suite(server):
+    conformance = pytest.importorskip("drkernel.env.conformance")
+    if not hasattr(conformance, "assert_grader_conforms"):
+        pytest.skip("needs check_grader from the grader-core branch (issue 8) on main")
+    # the candidate runs on the server: the client cannot cancel it (the job finishes and is stored)
+    conformance.assert_grader_conforms(lambda: RemoteGrader(server.url, token=TOKEN),
+                                       skip=("cancel_kills_candidate",))

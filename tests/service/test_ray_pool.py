@@ -146,3 +146,12 @@ def test_callable_from_inside_ray_workers_and_by_name(echo_pool):
     assert grader.grade(TASK, "HONEST", seed=6).passed             # copies closed: the pool lives on
     with pytest.raises(EnvironmentFailure, match="no grading actors"):
         RayGrader.connect("other-pool", namespace="drk-test")
+
+
+@pytest.mark.slow
+def test_ray_grader_passes_the_grader_conformance_suite(local_ray):
+    conformance = pytest.importorskip("drkernel.env.conformance")
+    if not hasattr(conformance, "assert_grader_conforms"):
+        pytest.skip("needs check_grader from the grader-core branch (issue 8) on main")
+    conformance.assert_grader_conforms(
+        lambda: RayGrader(cpu_fast(EvalConfig(device="cpu")), num_actors=1, capacity_per_actor=2, num_cpus=0.5))

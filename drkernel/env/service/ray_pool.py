@@ -14,6 +14,8 @@ protocol.
 * **Actor death.** Actors restart (``max_restarts``); a call whose actor died mid-evaluation is
   retried once on another actor, then raised as :class:`EnvironmentFailure` — never a verdict. Ray
   itself does not retry actor calls (``max_task_retries=0``), so no evaluation runs twice unseen.
+* **Cancellation.** Cancelling an ``agrade`` cancels the actor call (``ray.cancel``); the actor's
+  grader cancels the evaluation and its candidate processes end.
 * **From other Ray workers.** A ``RayGrader`` pickles to its actor handles: pass it to a remote
   task or actor (verl's agent-loop workers) and call it there; only the handle that created the
   actors kills them on ``close()``. ``RayGrader.connect(name)`` attaches to a named pool.
@@ -23,6 +25,7 @@ Ray is imported here only.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import threading
@@ -47,18 +50,20 @@ class GraderActor:
         cfg = EvalConfig().with_overrides(**config).validate()
         self.grader = factory(cfg, capacity) if factory is not None else LocalGrader(cfg, capacity=capacity)
 
-    def info(self) -> dict[str, Any]:
+    async def info(self) -> dict[str, Any]:
         import ray
 
         ctx = ray.get_runtime_context()
         return {"pid": os.getpid(), "node_id": ctx.get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
                 "capacity": self.grader.capacity}
 
-    def grade(self, task_source: str, task_name: str, entry_point: str, source: str, seed: int | None,
-              options: dict[str, Any]) -> dict[str, Any]:
+    async def grade(self, task_source: str, task_name: str, entry_point: str, source: str, seed: int | None,
+                    options: dict[str, Any]) -> dict[str, Any]:
+        """An async actor method: ``ray.cancel`` of the call cancels ``agrade``, which ends the candidate."""
         task = Task.from_source(task_source, name=task_name, entry_point=entry_point)
         try:
-            return {"result": self.grader.grade(task, source, seed=seed, options=options).to_dict()}
+            result = await self.grader.agrade(task, source, seed=seed, options=options)
+            return {"result": result.to_dict()}
         except TaskError as exc:
             return {"task_error": str(exc)}
         except Exception as exc:  # noqa: BLE001 - EnvironmentFailure or a grader bug: never a verdict
@@ -117,8 +122,9 @@ class RayGrader(GraderBase):
             num_gpus = 1
         if not cuda and num_cpus is None:
             num_cpus = 1
+        # an async actor: its grader bounds the evaluations; the extra slots keep info pings answered
         placement: dict[str, Any] = {"max_restarts": max_restarts, "max_task_retries": 0,
-                                     "max_concurrency": capacity_per_actor}
+                                     "max_concurrency": capacity_per_actor + 4}
         if num_gpus:
             placement["num_gpus"] = num_gpus
         if num_cpus is not None:
@@ -214,7 +220,15 @@ class RayGrader(GraderBase):
             try:
                 if self._down[i]:
                     await self._await_up(i)
-                return self._unpack(await self.actors[i].grade.remote(*args))
+                ref = self.actors[i].grade.remote(*args)
+                try:
+                    reply = await ref
+                except asyncio.CancelledError:
+                    import ray
+
+                    ray.cancel(ref)  # the actor cancels its agrade: the candidate's processes end
+                    raise
+                return self._unpack(reply)
             except _retryable() as exc:
                 last = self._died(i, tried, exc)
             finally:
