@@ -171,7 +171,8 @@ def run_ray(args, subs) -> dict:
     factory = make if args.grader == "echo" else None
     grader = RayGrader(cpu_fast(EvalConfig(device="cpu")), num_actors=args.actors, capacity_per_actor=args.workers,
                        num_cpus=0.1, grader_factory=factory)
-    kills = []
+    kills: list = []
+    killers: list[threading.Thread] = []
     done = [0]
     lock = threading.Lock()
 
@@ -179,11 +180,14 @@ def run_ray(args, subs) -> dict:
         with lock:
             done[0] += 1
             if args.kill_every and done[0] % args.kill_every == 0 and done[0] < len(subs):
-                threading.Thread(target=_kill_actor, args=(grader, len(kills), kills, done[0])).start()
+                killers.append(threading.Thread(target=_kill_actor, args=(grader, len(killers), kills, done[0])))
+                killers[-1].start()
 
     try:
         answers, wall, latencies = asyncio.run(drive(grader, subs, args.concurrency, on_answer,
                                                      None if args.grader == "echo" else FAST_OPTIONS))
+        for t in killers:
+            t.join()
         stats = dict(grader.stats)
     finally:
         grader.close()
@@ -192,13 +196,22 @@ def run_ray(args, subs) -> dict:
 
 
 def _kill_actor(grader, k: int, kills: list, after: int) -> None:
-    pids = grader.pids()
-    pid = random.Random(k).choice(pids)
-    try:
-        os.kill(pid, signal.SIGKILL)
-        kills.append({"actor_pid": pid, "after_answers": after})
-    except ProcessLookupError:
-        pass
+    """SIGKILL one live actor now (actors still restarting from an earlier kill are skipped)."""
+    import ray
+
+    pids = []
+    for actor in grader.actors:
+        try:
+            pids.append(ray.get(actor.info.remote(), timeout=2)["pid"])
+        except Exception:  # noqa: BLE001 - restarting
+            pass
+    if pids:
+        pid = random.Random(k).choice(pids)
+        try:
+            os.kill(pid, signal.SIGKILL)
+            kills.append({"actor_pid": pid, "after_answers": after})
+        except ProcessLookupError:
+            pass
 
 
 def local_baseline(args, subs) -> dict:
