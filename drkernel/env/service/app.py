@@ -335,8 +335,9 @@ class GradingService:
         if job is None:
             self._pending.discard(job_id)
             return
-        if job.terminal:
-            self._complete(job, None, None)
+        if job.terminal:  # answered already (e.g. by an earlier run of it): hand its answer on
+            error = (job.error["status"], job.error["type"], job.error["message"]) if job.error else None
+            self._complete(job, EvalResult.from_dict(job.result) if job.result else None, error)
             return
         if job.attempts >= self.settings.max_attempts:
             self._complete(job, None, (503, "environment_failure",
