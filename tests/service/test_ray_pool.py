@@ -1,6 +1,7 @@
 """RayGrader on a local Ray instance (2 CPUs): the mixed batch with the real LocalGrader in the
-actors, 200 submissions with actors SIGKILLed midway answered exactly once, retry-once-then-
-EnvironmentFailure on actor death, and calls from inside other Ray workers."""
+actors (a hanging candidate does not hold up the others), 200 submissions with actors SIGKILLed
+midway answered exactly once, retry-once-then-EnvironmentFailure on actor death, and calls from
+inside other Ray workers."""
 
 import asyncio
 import os
@@ -22,6 +23,7 @@ from tests.service.echo_grader import digest, make  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = Task.from_source("class Model: pass", name="echo")
+HANG_TIMEOUT_S = 20.0
 
 
 @pytest.fixture(scope="module")
@@ -38,14 +40,22 @@ def test_mixed_batch_gets_the_right_verdicts_on_ray(local_ray):
     try:
         assert grader.capacity == 2 and len({i["pid"] for i in grader.actor_info}) == 2
 
-        async def run():
-            batch = mixed_batch()
-            results = await asyncio.gather(*(grader.agrade(task, src, seed=0, options=OPTIONS)
-                                             for _, task, src in batch))
-            return {name: r for (name, _, _), r in zip(batch, results)}
+        done: dict[str, float] = {}
 
+        async def one(name, task, src):
+            options = dict(OPTIONS, call_timeout_s=HANG_TIMEOUT_S) if name == "hanging" else OPTIONS
+            result = await grader.agrade(task, src, seed=0, options=options)
+            done[name] = time.monotonic()
+            return name, result
+
+        async def run():
+            batch = sorted(mixed_batch(), key=lambda b: b[0] != "hanging")  # the hang takes an actor first
+            return dict(await asyncio.gather(*(one(*b) for b in batch)))
+
+        t0 = time.monotonic()
         for name, result in asyncio.run(run()).items():
             check_verdict(name, result)
+        assert done["honest"] < done["hanging"] and done["hanging"] - t0 >= HANG_TIMEOUT_S  # not blocked by it
     finally:
         grader.close()
 
