@@ -20,6 +20,9 @@ EXTRAS = {
     "serve": ["fastapi>=0.110", "uvicorn>=0.29", "httpx>=0.27", "prometheus-client>=0.20"],
     # RayGrader: a pool of grading actors on a Ray cluster.
     "ray": ["ray>=2.9"],
+    # The multi-turn agent and test-time scaling (examples/refine_loop.py): OpenAI-compatible client,
+    # progress bar, plots.
+    "agent": ["openai>=1.0", "tqdm", "matplotlib"],
     # Test tools.
     "dev": ["pytest>=8", "pytest-timeout"],
 }

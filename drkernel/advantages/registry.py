@@ -23,6 +23,8 @@ from typing import Callable, Protocol, Sequence, TypeVar, Union
 
 import torch
 
+from drkernel._registry import Registry, UnknownNameError
+
 GroupIds = Union[Sequence[object], torch.Tensor]
 
 
@@ -39,27 +41,17 @@ class AdvantageFn(Protocol):
     ) -> torch.Tensor: ...
 
 
-class UnknownAdvantageError(KeyError, ValueError):
+class UnknownAdvantageError(UnknownNameError):
     """Raised by :func:`get_advantage` for a name that is not registered.
 
-    Subclasses both KeyError (a failed lookup) and ValueError (a bad config value), so either
-    ``except`` clause catches it. ``str(err)`` is the plain message (KeyError would quote it).
+    Subclasses both KeyError (a failed lookup) and ValueError (a bad config value), through
+    :class:`drkernel._registry.UnknownNameError`, so either ``except`` clause catches it.
     """
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
 
 
 _F = TypeVar("_F", bound=Callable[..., torch.Tensor])
-_REGISTRY: dict[str, Callable[..., torch.Tensor]] = {}
-
-
-def _same_function(a: Callable[..., object], b: Callable[..., object]) -> bool:
-    # A module reloaded with importlib.reload re-registers a new object for the same definition.
-    return a is b or (
-        getattr(a, "__module__", None) == getattr(b, "__module__", None)
-        and getattr(a, "__qualname__", None) == getattr(b, "__qualname__", None)
-    )
+ADVANTAGES: Registry[Callable[..., torch.Tensor]] = Registry("advantage estimator", error=UnknownAdvantageError)
+"""Every registered estimator by name (read-only mapping; add with :func:`register_advantage`)."""
 
 
 def register_advantage(name: str) -> Callable[[_F], _F]:
@@ -69,20 +61,7 @@ def register_advantage(name: str) -> Callable[[_F], _F]:
         ValueError: ``name`` is not a non-empty string, or is already taken by a different
             function (re-registering the same function, e.g. on module reload, is a no-op).
     """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"advantage estimator name must be a non-empty string, got {name!r}")
-
-    def decorator(fn: _F) -> _F:
-        taken = _REGISTRY.get(name)
-        if taken is not None and not _same_function(taken, fn):
-            raise ValueError(
-                f"advantage estimator {name!r} is already registered to "
-                f"{taken.__module__}.{taken.__qualname__}; pick another name"
-            )
-        _REGISTRY[name] = fn
-        return fn
-
-    return decorator
+    return ADVANTAGES.decorator(name)  # type: ignore[return-value]
 
 
 def get_advantage(name: str) -> Callable[..., torch.Tensor]:
@@ -92,15 +71,9 @@ def get_advantage(name: str) -> Callable[..., torch.Tensor]:
         UnknownAdvantageError (a KeyError and a ValueError): unknown name; the message lists
             the known names.
     """
-    try:
-        return _REGISTRY[name]
-    except (KeyError, TypeError):
-        known = ", ".join(repr(n) for n in list_advantages()) or "(none)"
-        raise UnknownAdvantageError(
-            f"unknown advantage estimator {name!r}; known estimators: {known}"
-        ) from None
+    return ADVANTAGES[name]
 
 
 def list_advantages() -> list[str]:
     """Sorted names of all registered estimators."""
-    return sorted(_REGISTRY)
+    return ADVANTAGES.names()

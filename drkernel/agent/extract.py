@@ -23,6 +23,7 @@ Rule 4 handles the common "full program, then a short usage example" reply, wher
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 PYTHON_LANGS = frozenset({"python", "py", "python3", "py3"})
 
@@ -31,24 +32,55 @@ _THINK_OPEN = re.compile(r"<think(?:ing)?>", re.IGNORECASE)
 _THINK_CLOSE = re.compile(r"</think(?:ing)?>", re.IGNORECASE)
 
 
+def _answer_start(text: str) -> int | None:
+    """Offset where the answer begins (after the last ``</think>``); None if it ends inside ``<think>``."""
+    closes = list(_THINK_CLOSE.finditer(text))
+    # Chat templates often put the opening <think> in the prompt: the answer is after the last close.
+    start = closes[-1].end() if closes else 0
+    if _THINK_OPEN.search(text, start):
+        return None
+    return start
+
+
 def strip_thinking(text: str) -> str | None:
     """The reply without its reasoning; None when the reply ends inside an unclosed ``<think>``."""
-    closes = list(_THINK_CLOSE.finditer(text))
-    if closes:
-        # Chat templates often put the opening <think> in the prompt: the answer is after the last close.
-        text = text[closes[-1].end():]
-    if _THINK_OPEN.search(text):
-        return None
-    return text
+    start = _answer_start(text)
+    return None if start is None else text[start:]
 
 
-def fenced_blocks(text: str) -> list[tuple[str, str]]:
-    """``(language, code)`` for every fenced block of ``text``, in order (language lower-cased, "" if none)."""
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    blocks: list[tuple[str, str]] = []
+@dataclass(frozen=True)
+class CodeBlock:
+    """One fenced block: its language, its code, and where its body lies in the text it came from."""
+
+    lang: str
+    """Language word, lower-cased ("" if none)."""
+    code: str
+    """The body, with the fence's indentation removed."""
+    start: int
+    """Offset of the body's first character in the text (just after the opening fence line)."""
+    end: int
+    """Offset just past the body's last character (before the closing fence line)."""
+
+
+def _lines(text: str) -> list[tuple[int, str, int]]:
+    """``(start, line without its break, end of the line including its break)`` for each line."""
+    out = []
+    for m in re.finditer(r"([^\r\n]*)(\r\n|\r|\n|$)", text):
+        if m.start() == len(text) and out and not m.group(0):
+            break
+        out.append((m.start(), m.group(1), m.end()))
+        if m.end() == len(text):
+            break
+    return out
+
+
+def code_blocks(text: str, offset: int = 0) -> list[CodeBlock]:
+    """Every fenced block of ``text`` in order, with character spans (``offset`` is added to them)."""
+    lines = _lines(text)
+    blocks: list[CodeBlock] = []
     i = 0
     while i < len(lines):
-        m = _OPEN.match(lines[i])
+        m = _OPEN.match(lines[i][1])
         if not m:
             i += 1
             continue
@@ -57,12 +89,20 @@ def fenced_blocks(text: str) -> list[tuple[str, str]]:
         close = re.compile(r"^[ \t]*" + re.escape(fence[0]) + "{" + str(len(fence)) + r",}[ \t]*$")
         body: list[str] = []
         i += 1
-        while i < len(lines) and not close.match(lines[i]):
-            body.append(_dedent_line(lines[i], indent))
+        start = lines[i][0] if i < len(lines) else len(text)
+        end = start
+        while i < len(lines) and not close.match(lines[i][1]):
+            body.append(_dedent_line(lines[i][1], indent))
+            end = lines[i][0] + len(lines[i][1])
             i += 1
         i += 1  # past the closing fence (or the end of the text)
-        blocks.append((lang, "\n".join(body)))
+        blocks.append(CodeBlock(lang, "\n".join(body), offset + start, offset + max(start, end)))
     return blocks
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """``(language, code)`` for every fenced block of ``text``, in order (language lower-cased, "" if none)."""
+    return [(b.lang, b.code) for b in code_blocks(text)]
 
 
 def _dedent_line(line: str, indent: int) -> str:
@@ -73,25 +113,51 @@ def _dedent_line(line: str, indent: int) -> str:
     return line[n:]
 
 
-def extract_code(text: str | None, *, entry_point: str = "Model") -> str | None:
-    """The candidate program in a model reply, or None if it holds no usable code block."""
+def locate_code(text: str | None, *, entry_point: str = "Model") -> CodeBlock | None:
+    """The block :func:`extract_code` takes, with its span in ``text`` (module doc for the rules).
+
+    ``text[block.start:block.end]`` is the block's body as the model wrote it (the reply's code
+    tokens, for TritonRL's hierarchical reasoning/code split); ``block.code`` is that body with
+    the fence's indentation removed.
+    """
     if not text:
         return None
-    answer = strip_thinking(text)
-    if answer is None:
+    start = _answer_start(text)
+    if start is None:
         return None
-    blocks = [(lang, code.strip("\n")) for lang, code in fenced_blocks(answer)]
-    blocks = [(lang, code) for lang, code in blocks if code.strip() and (lang in PYTHON_LANGS or lang == "")]
+    blocks = [b for b in code_blocks(text[start:], offset=start)
+              if b.code.strip() and (b.lang in PYTHON_LANGS or b.lang == "")]
     if not blocks:
         return None
     defines = re.compile(r"^[ \t]*class[ \t]+" + re.escape(entry_point) + r"New\b", re.MULTILINE)
-    for want in (lambda lang, code: defines.search(code) is not None,
-                 lambda lang, code: lang in PYTHON_LANGS,
-                 lambda lang, code: True):
-        chosen = [code for lang, code in blocks if want(lang, code)]
+    for want in (lambda b: defines.search(b.code) is not None,
+                 lambda b: b.lang in PYTHON_LANGS,
+                 lambda b: True):
+        chosen = [b for b in blocks if want(b)]
         if chosen:
-            return chosen[-1] + "\n"
+            return chosen[-1]
     return None  # pragma: no cover - the last rule always matches
 
 
-__all__ = ["extract_code", "fenced_blocks", "strip_thinking", "PYTHON_LANGS"]
+def extract_code(text: str | None, *, entry_point: str = "Model") -> str | None:
+    """The candidate program in a model reply, or None if it holds no usable code block."""
+    block = locate_code(text, entry_point=entry_point)
+    return None if block is None else block.code.strip("\n") + "\n"
+
+
+def token_code_mask(token_texts: list[str], span: tuple[int, int] | None) -> list[bool]:
+    """Which reply tokens fall in the code span: True for a token whose characters overlap
+    ``[start, end)``. ``token_texts`` are the reply's tokens decoded one by one, in order (their
+    concatenation is the reply); builds TritonRL's code/reasoning token mask
+    (``drkernel.advantages.hierarchical``, ``tok_code_mask``)."""
+    mask: list[bool] = []
+    pos = 0
+    for piece in token_texts:
+        end = pos + len(piece)
+        mask.append(span is not None and pos < span[1] and end > span[0] and end > pos)
+        pos = end
+    return mask
+
+
+__all__ = ["extract_code", "locate_code", "token_code_mask", "code_blocks", "CodeBlock", "fenced_blocks", "strip_thinking",
+           "PYTHON_LANGS"]

@@ -14,7 +14,11 @@ fenced python block of the reply, so explanations go before it.
 
 from __future__ import annotations
 
+import operator
+import re
 from dataclasses import dataclass
+
+from drkernel._registry import Registry
 
 
 @dataclass(frozen=True)
@@ -28,42 +32,27 @@ class PromptTemplate:
     """Later turns, with ``{feedback}`` and ``{new_class}`` placeholders."""
 
 
-_TEMPLATES: dict[str, PromptTemplate] = {}
+_TEMPLATES: Registry[PromptTemplate] = Registry("prompt template", same=operator.eq)
 
 
 def register_template(template: PromptTemplate) -> PromptTemplate:
     """Add ``template`` under its name; re-registering a name with different text is an error."""
-    old = _TEMPLATES.get(template.name)
-    if old is not None and old != template:
-        raise ValueError(f"prompt template {template.name!r} is already registered with different text")
-    _TEMPLATES[template.name] = template
-    return template
+    return _TEMPLATES.register(template.name, template)
 
 
 def get_template(name: str) -> PromptTemplate:
-    if name not in _TEMPLATES:
-        raise KeyError(f"unknown prompt template {name!r}; known: {sorted(_TEMPLATES)}")
+    """The template registered as ``name``; an unknown name raises (a KeyError) listing the known ones."""
     return _TEMPLATES[name]
 
 
 def list_templates() -> list[str]:
-    return sorted(_TEMPLATES)
+    return _TEMPLATES.names()
 
 
 def _fill(text: str, values: dict[str, str]) -> str:
     # one pass over the placeholders: a value containing "{feedback}" is never substituted again
-    out, i = [], 0
-    while i < len(text):
-        for key, value in values.items():
-            token = "{" + key + "}"
-            if text.startswith(token, i):
-                out.append(value)
-                i += len(token)
-                break
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
+    pattern = re.compile("|".join(re.escape("{" + key + "}") for key in values))
+    return pattern.sub(lambda m: values[m.group(0)[1:-1]], text)
 
 
 def render_prompt(template_name: str, reference_code: str, *, entry_point: str = "Model") -> str:

@@ -110,7 +110,6 @@ description: KernelBench level(s) {level_txt}, {n_tasks} tasks (MIT, {COPYRIGHT}
 entry_point: Model
 # KernelBench tasks have one (GPU-sized) shape each and do not read DRKERNEL_TASK_SIZE, so
 # `--device cpu` runs them at full size under the Triton interpreter: slow.
-size_env_var: null
 correctness:
   # KernelBench draws 5 trials of get_inputs(). Its tasks do not declare INPUT_DISTRIBUTIONS, and
   # some inputs must not be negated or rescaled (log of probabilities, ...): native inputs only.

@@ -13,7 +13,6 @@ Layout (``envs/<suite>/``)::
     id: single_ops-v1            # versioned id: a changed tolerance or timing protocol bumps it
     description: one line
     entry_point: Model           # reference class; candidates define ModelNew
-    size_env_var: DRKERNEL_TASK_SIZE   # or null when the tasks have one size (plain KernelBench)
     correctness: {trials_per_distribution: 2, distributions: [native, negated, scaled],
                   atol: 1.0e-4, rtol: 1.0e-4, determinism_check: true}
     timing: {warmup: 5, trials: 50, reference_backend: eager, spot_checks: 3}
@@ -31,10 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from drkernel.env.config import CORRECTNESS_KEYS, TIMING_KEYS, EvalConfig, cpu_fast
-from drkernel.env.task import SIZE_ENV_VAR, Task
+from drkernel.env.task import Task
 
 #: Allowed top-level keys of env.yaml (its two sections' keys come from drkernel.env.config).
-ENV_YAML_KEYS = ("id", "description", "entry_point", "size_env_var", "correctness", "timing", "prompt_template")
+ENV_YAML_KEYS = ("id", "description", "entry_point", "correctness", "timing", "prompt_template")
+#: Keys that env.yaml no longer takes, with what to do instead.
+REMOVED_KEYS = {"size_env_var": "the grader always sets DRKERNEL_TASK_SIZE; tasks may read it or not. "
+                                "Delete the line"}
 DEFAULT_PROMPT_TEMPLATE = "triton_kernelbench"
 
 
@@ -80,11 +82,6 @@ class Suite:
     @property
     def prompt_template(self) -> str:
         return str(self.config.get("prompt_template") or DEFAULT_PROMPT_TEMPLATE)
-
-    @property
-    def size_env_var(self) -> str | None:
-        """``DRKERNEL_TASK_SIZE`` when the tasks have a small size for the CPU interpreter, else None."""
-        return self.config.get("size_env_var", SIZE_ENV_VAR) or None
 
     @property
     def solutions_dir(self) -> Path:
@@ -142,6 +139,8 @@ def _read_env_yaml(path: Path) -> dict[str, Any]:
 
 def validate_env_yaml(data: dict[str, Any], where: str = "env.yaml") -> None:
     """Raise :class:`SuiteError` naming every unknown key, and for malformed sections and values."""
+    for key in sorted(set(data) & set(REMOVED_KEYS)):
+        raise SuiteError(f"{where}: '{key}' is no longer an env.yaml key: {REMOVED_KEYS[key]}")
     unknown = sorted(set(data) - set(ENV_YAML_KEYS))
     if unknown:
         raise SuiteError(f"{where}: unknown key(s) {unknown}; allowed: {list(ENV_YAML_KEYS)}")
@@ -156,10 +155,6 @@ def validate_env_yaml(data: dict[str, Any], where: str = "env.yaml") -> None:
             raise SuiteError(f"{where}: unknown key(s) {bad} in '{section}'; allowed: {list(allowed)}")
     if not isinstance(data.get("id"), str) or not data["id"].strip():
         raise SuiteError(f"{where}: 'id' (a versioned suite id such as my_suite-v0) is required")
-    size_var = data.get("size_env_var", SIZE_ENV_VAR)
-    if size_var not in (None, SIZE_ENV_VAR):
-        raise SuiteError(f"{where}: size_env_var must be {SIZE_ENV_VAR} (the variable the grader sets) or null, "
-                         f"got {size_var!r}")
     try:
         EvalConfig.from_env_yaml(data)
     except (ValueError, TypeError) as exc:

@@ -110,7 +110,12 @@ def kernel_metrics(
     if correct_b.dim() != 2:
         raise ValueError(f"correct must be (N, T), got shape {tuple(correct_b.shape)}")
     shape = correct_b.shape
-    s = torch.as_tensor(speedup)
+    # Tensors and arrays keep their precision; Python lists become float64 (torch.as_tensor would
+    # make them float32, and float32(1.2) = 1.2000000477 would leak into geomean_speedup).
+    if isinstance(speedup, torch.Tensor) or hasattr(speedup, "__array__"):
+        s = torch.as_tensor(speedup)
+    else:
+        s = torch.as_tensor(speedup, dtype=torch.float64)
     if not s.is_floating_point():
         s = s.double()
     dev = correct_b.device

@@ -37,6 +37,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from drkernel._registry import Registry
+
 __all__ = [
     "REWARD_FUNCTIONS",
     "EvalOutcome",
@@ -74,12 +76,19 @@ def _is_scalar(*values: Value) -> bool:
 
 
 def _float(x: Value) -> torch.Tensor:
-    """Floating tensor in the input's own precision (float64 for Python numbers and integer or
-    bool tensors); None and NaN become 0. Thresholds are compared at this precision, so a float32
-    speedup of 1.2 meets a 1.2 threshold; arithmetic then happens in float64."""
+    """Floating tensor; None and NaN become 0.
+
+    Tensors and numpy arrays keep their own floating precision (integer and bool ones become
+    float64), so thresholds are compared at the input's precision: a float32 speedup of 1.2 meets
+    a 1.2 threshold. Python numbers and lists of them become float64, never torch's default
+    float32: ``torch.as_tensor(0.6)`` is float32(0.6) = 0.6000000238, which turned the recipe's
+    1.8 into 1.800000011920929. Arithmetic then happens in float64."""
     if x is None:
         return torch.zeros((), dtype=torch.float64)
-    t = torch.as_tensor(x)
+    if isinstance(x, torch.Tensor) or hasattr(x, "__array__"):
+        t = torch.as_tensor(x)
+    else:
+        t = torch.as_tensor(x, dtype=torch.float64)  # Python scalars / sequences: exact float64
     if not t.is_floating_point():
         t = t.double()
     return torch.nan_to_num(t, nan=0.0)
@@ -222,20 +231,18 @@ def tiered_reward(
 
 RewardFn = Callable[..., "float | torch.Tensor"]
 
-REWARD_FUNCTIONS: dict[str, RewardFn] = {
-    "speedup": speedup_reward,
-    "weighted": weighted_reward,
-    "tiered": tiered_reward,
-}
-"""Reward functions by name. All share ``(correct, speedup, coverage, hacked, compiled, **knobs)``."""
+REWARD_FUNCTIONS: Registry[RewardFn] = Registry("reward function")
+"""Reward functions by name (a read-only mapping). All share ``(correct, speedup, coverage, hacked,
+compiled, **knobs)``; add one with ``REWARD_FUNCTIONS.register(name, fn)``."""
+REWARD_FUNCTIONS.register("speedup", speedup_reward)
+REWARD_FUNCTIONS.register("weighted", weighted_reward)
+REWARD_FUNCTIONS.register("tiered", tiered_reward)
 
 
 def get_reward_fn(name: str) -> RewardFn:
-    """The reward function registered as ``name``; unknown names raise, listing the known ones."""
-    try:
-        return REWARD_FUNCTIONS[name]
-    except KeyError:
-        raise ValueError(f"unknown reward function {name!r}; known: {', '.join(REWARD_FUNCTIONS)}") from None
+    """The reward function registered as ``name``; an unknown name raises (a ValueError and a
+    KeyError) listing the known ones."""
+    return REWARD_FUNCTIONS[name]
 
 
 # --------------------------------------------------------------------------- config and results

@@ -61,6 +61,26 @@ class PRSConfig:
             raise ValueError(f"unknown PRS mode {self.mode!r}; known: {', '.join(PRS_MODES)}")
 
 
+def _ramp(x: torch.Tensor, threshold: float, factor: float) -> torch.Tensor:
+    """``p = clamp((x - theta) / f, 0, 1)`` with exact end points.
+
+    Computed naively, ``(0.4 - 0.3) / 0.1`` is 0.9999999999999998 in float64 (and just under 1 in
+    float32 too): a coverage at the top of the ramp got ``p < 1`` and then demanded a generator,
+    although the contract keeps it surely. Here ``x <= theta`` gives exactly 0 and
+    ``x >= theta + f`` gives exactly 1, both compared at ``x``'s precision and up to a few ulps
+    (so ``theta + f`` rounding, e.g. 0.2 + 0.1 = 0.30000000000000004, does not matter).
+    """
+    eps = torch.finfo(x.dtype).eps
+    lo = torch.tensor(threshold, dtype=x.dtype, device=x.device)
+    hi = torch.tensor(threshold + factor, dtype=x.dtype, device=x.device)
+    scale = max(1.0, abs(threshold) + abs(factor))
+    at_top = (x >= hi) | ((x - hi).abs() <= 4 * eps * scale)
+    at_bottom = (x <= lo) | ((x - lo).abs() <= 4 * eps * scale)
+    p = ((x.double() - threshold) / factor).clamp(0.0, 1.0)  # interior of the ramp
+    p = torch.where(at_top, torch.ones_like(p), p)
+    return torch.where(at_bottom & ~at_top, torch.zeros_like(p), p)
+
+
 def prs_keep_mask(
     coverage: torch.Tensor,
     correct: torch.Tensor,
@@ -86,7 +106,8 @@ def prs_keep_mask(
         mode: ``turn``, ``geometric`` or ``geometric_correct``.
         speedup_threshold: s*; None or negative = off.
         generator: source of the Bernoulli draws. Required whenever some ``p`` is strictly between
-            0 and 1; when given, exactly N*T uniforms are drawn on every call.
+            0 and 1; when given, exactly N*T uniforms are drawn on every call, on the generator's
+            device (a CPU generator works for data on any device and draws the same keeps).
 
     Returns:
         ``(keep, metrics)``: (N, T) bool, True where the turn is valid and kept (already-invalid
@@ -126,7 +147,7 @@ def prs_keep_mask(
 
     # p = clamp((x - theta) / f, 0, 1), or the hard cut 1[x >= theta]
     if factor:
-        p = ((x - threshold) / factor).clamp(0.0, 1.0)
+        p = _ramp(x, threshold, factor)
     else:
         p = (x >= threshold).to(x.dtype)
     p = p.double()
@@ -139,7 +160,9 @@ def prs_keep_mask(
         p = torch.where(fast, torch.ones_like(p), p)  # p = max(p, 1[s >= s*])
 
     if generator is not None:
-        u = torch.rand(shape, generator=generator, dtype=torch.float64, device=cov.device)
+        # Draw on the generator's own device, then move: a CPU generator serves data on any device
+        # (torch.rand refuses a CPU generator with device='cuda'), and the draws do not depend on it.
+        u = torch.rand(shape, generator=generator, dtype=torch.float64, device=generator.device).to(cov.device)
         keep = u < p  # Bernoulli(p): p = 0 never, p = 1 always (u in [0, 1))
     elif bool(((p > 0) & (p < 1) & valid).any()):
         raise ValueError("PRS keep probabilities strictly between 0 and 1 need a torch.Generator")

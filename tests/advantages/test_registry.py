@@ -20,7 +20,7 @@ def scratch_names() -> Iterator[list[str]]:
     names: list[str] = []
     yield names
     for name in names:
-        registry._REGISTRY.pop(name, None)
+        registry.ADVANTAGES.unregister(name)
 
 
 def test_builtins_are_registered() -> None:

@@ -1,20 +1,23 @@
-"""Tests for drkernel/bench.py and `drkernel bench` on the 3-task mini suite (CPU interpreter).
+"""Tests for drkernel/bench/ and `drkernel bench` on the 3-task mini suite (CPU interpreter).
 
 Real evaluations are kept to 4 (about 2-3 s each): the suite's 3 solutions once, and one wrong
-candidate. Environment failures and task errors use a fake executor or a broken task and grade
+candidate. Environment failures and task errors use a fake grader or a broken task and grade
 nothing.
 """
 
 import json
 import math
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-import drkernel.env.executors as executors
+import drkernel.env
 from drkernel.bench import progress_line, run_bench, summarize
 from drkernel.cli import main
+from drkernel.env.grader import Grader, GraderBase
 from drkernel.env.result import EnvironmentFailure, EvalResult
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -85,26 +88,42 @@ def test_wrong_candidate_and_missing_candidate_fail(wrong):
     assert "| 02_add | no | - | - | - | - | correctness |" in (out / "summary.md").read_text()
 
 
-class FakeExecutor:
-    """Synthetic verdicts per task name; raises EnvironmentFailure for "02_add"."""
+class FakeGrader(GraderBase):
+    """Synthetic verdicts per task name; raises EnvironmentFailure for "02_add". Records the options
+    it was sent and the most evaluations it ran at once."""
 
-    def __init__(self, *args, **kwargs):
-        self.closed = False
+    def __init__(self, capacity=1, delay=0.0):
+        super().__init__(capacity)
+        self.closed, self.options, self.delay = False, [], delay
+        self.running = self.most_at_once = 0
+        self._count = threading.Lock()
 
-    def evaluate(self, task, candidate, *, seed=None, config=None):
-        if task.name == "02_add":
-            raise EnvironmentFailure("worker could not start\nmore detail")
-        if task.name == "01_relu":
-            return EvalResult(compiled=True, correct=True, speedup=1.2, coverage=0.9, kernel_ms=1.0, reference_ms=1.2)
-        return EvalResult(compiled=True, correct=False)
+    def _grade(self, task, source, *, seed, options):
+        with self._count:
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+        try:
+            time.sleep(self.delay)
+            self.options.append(options)
+            if task.name == "02_add":
+                raise EnvironmentFailure("worker could not start\nmore detail")
+            if task.name == "01_relu":
+                return EvalResult(compiled=True, correct=True, speedup=1.2, coverage=0.9, kernel_ms=1.0,
+                                  reference_ms=1.2)
+            return EvalResult(compiled=True, correct=False)
+        finally:
+            with self._count:
+                self.running -= 1
 
     def close(self):
         self.closed = True
+        super().close()
 
 
 def test_environment_failure_is_not_a_kernel_failure(tmp_path):
-    fake = FakeExecutor()
-    report = run_bench(MINI, device="cpu", out=tmp_path, executor=fake, progress=None, plot=False)
+    fake = FakeGrader()
+    assert isinstance(fake, Grader)
+    report = run_bench(MINI, device="cpu", out=tmp_path, grader=fake, progress=None, plot=False)
     assert [o.status for o in report.outcomes] == ["pass", "environment_failure", "fail"]
     assert report.outcomes[1].message == "EnvironmentFailure: worker could not start"
     s = report.summary
@@ -112,7 +131,10 @@ def test_environment_failure_is_not_a_kernel_failure(tmp_path):
     assert (s["tasks"], s["graded"], s["environment_failures"]) == (3, 2, 1)
     assert s["correctness_rate"] == 0.5 and s["fast@1.2"] == 0.5  # 1.2 >= 1.2 counts
     assert report.exit_code() == 3 and report.exit_code(strict=True) == 3
-    assert not fake.closed  # an executor passed in is the caller's to close
+    assert not fake.closed  # a grader passed in is the caller's to close
+    # it grades by the suite's protocol (env.yaml + cpu_fast), sent as options; the device is its own
+    assert all(o["timing_trials"] == 3 and o["distributions"] == ["native", "negated"] and "device" not in o
+               for o in fake.options) and len(fake.options) == 3
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["environment_failures"] == [{"task": "02_add", "message": "EnvironmentFailure: worker could not start"}]
 
@@ -136,27 +158,27 @@ def test_interrupted_run_keeps_what_it_graded(tmp_path):
             pass
 
     with pytest.raises(Stop):
-        run_bench(MINI, device="cpu", out=tmp_path, executor=FakeExecutor(), progress=DiesOnSecondLine(), plot=False)
+        run_bench(MINI, device="cpu", out=tmp_path, grader=FakeGrader(), progress=DiesOnSecondLine(), plot=False)
     lines = [json.loads(x) for x in (tmp_path / "results.partial.jsonl").read_text().splitlines()]
     assert [x["task"] for x in lines] == ["01_relu", "02_add"]  # written before the progress line
     assert lines[0]["status"] == "pass" and lines[0]["result"]["speedup"] == 1.2
     assert not (tmp_path / "results.json").exists()
     # a completed run replaces the partial file with results.json
-    run_bench(MINI, device="cpu", out=tmp_path, executor=FakeExecutor(), progress=None, plot=False)
+    run_bench(MINI, device="cpu", out=tmp_path, grader=FakeGrader(), progress=None, plot=False)
     assert (tmp_path / "results.json").is_file() and not (tmp_path / "results.partial.jsonl").exists()
 
 
 def test_merge_split_runs(tmp_path, capsys):
     """A suite graded in parts (one cut short) merges into one report; the last part wins a task."""
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
-    run_bench(MINI, device="cpu", out=a, executor=FakeExecutor(), progress=None, plot=False, tasks="01*,02*")
+    run_bench(MINI, device="cpu", out=a, grader=FakeGrader(), progress=None, plot=False, tasks="01*,02*")
     (a / "results.json").rename(a / "elsewhere.json")  # part a looks cut short: only its partial file
     lines = [{"task": "01_relu", "candidate": None, "status": "pass", "seconds": 1.0, "message": None,
               "result": EvalResult(compiled=True, correct=True, speedup=1.5, coverage=1.0).to_dict()},
              {"task": "02_add", "candidate": None, "status": "environment_failure", "seconds": 0.5,
               "message": "EnvironmentFailure: gone", "result": None}]
     (a / "results.partial.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    run_bench(MINI, device="cpu", out=b, executor=FakeExecutor(), progress=None, plot=False, tasks="03*")
+    run_bench(MINI, device="cpu", out=b, grader=FakeGrader(), progress=None, plot=False, tasks="03*")
     (c / "results.partial.jsonl").parent.mkdir()
     (c / "results.partial.jsonl").write_text(json.dumps(
         {"task": "02_add", "candidate": None, "status": "pass", "seconds": 2.0, "message": None,
@@ -199,12 +221,27 @@ def test_cli_exit_codes(tmp_path, monkeypatch, capsys):
         assert main(["bench", "--suite", str(MINI), "--device", "cuda", "--out", str(tmp_path)]) == 3
         assert "environment failure" in capsys.readouterr().err
     # an environment failure during the run: outputs written, exit 3
-    monkeypatch.setattr(executors, "get_executor", lambda *a, **k: FakeExecutor())
+    built = []
+    monkeypatch.setattr(drkernel.env, "LocalGrader", lambda config, capacity: built.append(FakeGrader(capacity))
+                        or built[-1])
     out = tmp_path / "env_fail"
     assert main(["bench", "--suite", str(MINI), "--device", "cpu", "--out", str(out), "--no-plot"]) == 3
     err = capsys.readouterr().err
     assert "ENV-FAIL EnvironmentFailure: worker could not start" in err
     assert "environment failure: 1 task(s)" in err and (out / "results.json").is_file()
+    assert [g.closed for g in built] == [True]  # the bench's own grader is closed
+    assert all(o == {} for o in built[0].options)  # built from the protocol: no per-call options
+    assert main(["bench", "--suite", str(MINI), "--workers", "0"]) == 2
+    assert "--workers must be >= 1" in capsys.readouterr().err
+
+
+def test_workers_bound_concurrency(tmp_path):
+    fake = FakeGrader(capacity=3, delay=0.3)
+    report = run_bench(MINI, device="cpu", grader=fake, progress=None, workers=2)
+    assert fake.most_at_once == 2 and len(report.outcomes) == 3
+    fake = FakeGrader(capacity=3, delay=0.3)
+    run_bench(MINI, device="cpu", grader=fake, progress=None)  # default: the grader's capacity
+    assert fake.most_at_once == 3
 
 
 def test_unusable_task_is_reported_separately(tmp_path, capsys):

@@ -23,7 +23,6 @@ def test_load_mini_suite():
     assert suite.root == MINI.resolve()
     assert suite.entry_point == "Model"
     assert suite.prompt_template == "triton_kernelbench"
-    assert suite.size_env_var == "DRKERNEL_TASK_SIZE"
     assert [t.id for t in suite.tasks] == ["01_relu", "02_add", "03_rowsum"]
     assert all(t.solution is not None and t.solution.name == t.filename for t in suite.tasks)
     assert suite.task("02_add").path.name == "02_add.py"
@@ -84,7 +83,7 @@ def test_no_tasks(tmp_path):
     ("id: x-v0\ntiming: {iters: 3}\n", r"unknown key\(s\) \['iters'\] in 'timing'"),
     ("id: x-v0\ntiming: [1, 2]\n", "'timing' must be a mapping"),
     ("description: no id\n", "'id'"),
-    ("id: x-v0\nsize_env_var: MY_SIZE\n", "size_env_var must be DRKERNEL_TASK_SIZE"),
+    ("id: x-v0\nsize_env_var: DRKERNEL_TASK_SIZE\n", "'size_env_var' is no longer an env.yaml key"),
     ("id: x-v0\ncorrectness: {distributions: [native, flipped]}\n", "unknown input distribution"),
     ("id: x-v0\ntiming: {reference_backend: tensorrt}\n", "reference_backend"),
     ("id: [unclosed\n", "not valid YAML"),
@@ -97,9 +96,9 @@ def test_env_yaml_errors(tmp_path, text, match):
         load_suite(root)
 
 
-def test_null_size_env_var_is_allowed(tmp_path):
+def test_minimal_env_yaml(tmp_path):
     root = _copy_suite(tmp_path)
-    (root / "env.yaml").write_text("id: kb-v0\nsize_env_var: null\n")
+    (root / "env.yaml").write_text("id: kb-v0\n")
     suite = load_suite(root)
-    assert suite.size_env_var is None and suite.description == ""
+    assert suite.description == ""
     assert suite.prompt_template == "triton_kernelbench"  # the default

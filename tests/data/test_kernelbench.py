@@ -58,7 +58,7 @@ def test_import_default_levels(tmp_path):
     assert report.tasks == {1: 3, 2: 1} and report.suite_id == "kernelbench-v0"
     assert len(report.skipped) == 2
     suite = load_suite(out)  # env.yaml passes validation
-    assert suite.id == "kernelbench-v0" and suite.size_env_var is None
+    assert suite.id == "kernelbench-v0" and "size_env_var" not in suite.config
     assert [t.id for t in suite.tasks] == ["l1_001_Square_matrix_multiplication", "l1_019_ReLU",
                                            "l1_100_HingeLoss", "l2_001_Conv2D_ReLU_BiasAdd"]
     assert all(t.solution is None for t in suite.tasks)

@@ -14,6 +14,7 @@ def grade(body: str, **overrides):
     return evaluate(PROBE_TASK, _KERNEL + body, seed=0, config=FAST.with_overrides(**overrides))
 
 
+@pytest.mark.slow
 def test_memory_hog_is_killed_at_the_cap():
     r = grade('''
 class ModelNew(nn.Module):
@@ -25,6 +26,7 @@ class ModelNew(nn.Module):
     assert "memory limit exceeded" in r.error.message
 
 
+@pytest.mark.slow
 def test_hang_at_import_times_out_as_a_compile_failure():
     r = grade('''
 import time
@@ -36,6 +38,7 @@ class ModelNew(nn.Module):
     assert not r.compiled and r.error.stage == "compile" and "timed out" in r.error.message
 
 
+@pytest.mark.slow
 def test_exit_in_constructor_is_a_compile_failure():
     r = grade('''
 import os
@@ -61,6 +64,7 @@ class ModelNew(nn.Module):
     assert "SIGSEGV" in r.error.message
 
 
+@pytest.mark.slow
 def test_exception_message_is_trimmed_to_the_candidates_frames():
     r = grade('''
 class ModelNew(nn.Module):
@@ -71,6 +75,7 @@ class ModelNew(nn.Module):
     assert "drkernel/env/worker.py" not in r.error.message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ret", ["(x * 2.0, x)", "None", "x.tolist()"])
 def test_non_tensor_outputs_fail_correctness(ret):
     r = grade(f'''
@@ -82,6 +87,7 @@ class ModelNew(nn.Module):
     assert r.compiled and not r.correct and "expected a single torch.Tensor" in r.error.message
 
 
+@pytest.mark.slow
 def test_broken_reference_is_a_task_error_not_a_verdict():
     from drkernel.env.task import TaskError
 
@@ -91,6 +97,7 @@ def test_broken_reference_is_a_task_error_not_a_verdict():
                  seed=0, config=FAST)
 
 
+@pytest.mark.slow
 def test_evaluate_restores_the_callers_tf32_settings():
     import torch
 

@@ -155,3 +155,10 @@ def test_float32_speedups_compare_at_their_own_precision():
     m = kernel_metrics(correct, speedup, thresholds=(1.3,))
     assert m["kernel/turn_1/fast@1.3_in_all"] == 1.0
     assert kernel_metrics(correct, speedup, thresholds=(1.3,), strict=True)["kernel/turn_1/fast@1.3_in_all"] == 0.0
+
+
+def test_python_list_speedups_are_float64():
+    # torch.as_tensor([1.2]) is float32 (1.2000000477); the geomean must be 1.2 exactly.
+    m = kernel_metrics([[True]], [[1.2]])
+    assert m["kernel/turn_1/geomean_speedup"] == 1.2
+    assert m["kernel/turn_1/fast@1.2_in_all"] == 1.0

@@ -108,7 +108,7 @@ def test_config_and_registry():
     assert (cfg.name, cfg.correct_weight, cfg.performance_weight, cfg.speedup_upper, cfg.speedup_lower,
             cfg.coverage_enable, cfg.coverage_weight, cfg.penalty) == ("speedup", 0.5, 0.5, 3.0, 0.0, True, 0.5, 0.0)
     assert "speedup_eps" not in cfg.knobs() and "speedup_upper" in cfg.knobs()
-    with pytest.raises(ValueError, match="known: speedup, weighted, tiered"):
+    with pytest.raises(ValueError, match="known: 'speedup', 'tiered', 'weighted'"):
         get_reward_fn("calculate_reward_speedup")
     with pytest.raises(ValueError):
         RewardConfig(name="nope")
@@ -122,3 +122,13 @@ def test_float32_speedups_meet_tiers_at_their_own_precision():
     # 0.5 + 0.5 * 0.3 = 0.65 exactly in float64 arithmetic (up to float32(0.3))
     r = speedup_reward(True, torch.tensor([0.3], dtype=torch.float32), None)
     assert r.dtype == torch.float64 and r.item() == pytest.approx(0.65)
+
+
+def test_python_floats_are_computed_in_float64_exactly():
+    # torch.as_tensor(0.6) is float32 (0.6000000238): the recipe's 1.8 came out 1.800000011920929.
+    assert speedup_reward(True, 2.0, 0.6) == 1.8  # exact, not approx
+    assert speedup_reward([True, True], [2.0, 5.0], [0.6, 0.2]).tolist() == [1.8, 2.1]
+    assert weighted_reward(True, 1.01, 0.4) == 1.2
+    # a float32 tensor keeps its precision: its 0.6 really is 0.6000000238
+    r = speedup_reward(torch.tensor(True), torch.tensor(2.0), torch.tensor(0.6, dtype=torch.float32))
+    assert r.item() == 1.5 + 0.5 * float(torch.tensor(0.6, dtype=torch.float32))

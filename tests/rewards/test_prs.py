@@ -129,3 +129,22 @@ def test_float32_coverage_at_the_threshold_is_rejected():
     cov = torch.full((3, 2), 0.3, dtype=torch.float32)
     keep, _ = prs_keep_mask(cov, torch.ones(3, 2, dtype=torch.bool))
     assert not keep.any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_top_of_the_ramp_keeps_surely_without_generator(dtype):
+    # (0.4 - 0.3) / 0.1 = 0.9999999999999998 naively: p < 1 demanded a generator. Now p = 1.
+    cov = torch.tensor([[0.4, 0.3, 0.9, 0.1]], dtype=dtype)
+    keep, m = prs_keep_mask(cov, torch.ones(1, 4, dtype=torch.bool))
+    assert keep.tolist() == [[True, False, True, False]]
+    assert m["prs/keep_prob_mean"] == 0.5  # p = [1, 0, 1, 0] exactly
+
+
+def test_ramp_end_points_survive_rounding_of_theta_plus_f():
+    # 0.2 + 0.1 = 0.30000000000000004 > 0.3, yet x = 0.3 is the top of the ramp: p = 1.
+    keep, _ = prs_keep_mask(torch.tensor([[0.3]], dtype=torch.float64), torch.tensor([[True]]),
+                            threshold=0.2, factor=0.1)
+    assert keep.item()
+    # inside the ramp the generator is still required
+    with pytest.raises(ValueError, match="Generator"):
+        prs_keep_mask(torch.tensor([[0.39]], dtype=torch.float64), torch.tensor([[True]]))
