@@ -29,9 +29,18 @@ def test_defaults_parse():
     (["--grader", "drkernel.env.service.cli:no_such"], "no_such"),
 ])
 def test_unusable_arguments_exit_2_with_one_line(argv, words, capsys, tmp_path):
-    assert cli.main(_args("--state-dir", str(tmp_path), *argv)) == 2
+    from drkernel.cli.app import main
+
+    assert main(["serve", "--state-dir", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU path")
+def test_cuda_without_a_device_is_an_environment_failure_exit_3(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "drkernel.env.service", "--device", "cuda", "--state-dir",
+                        str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3 and "no CUDA device" in r.stderr and r.stderr.count("\n") == 1, r.stderr
 
 
 def test_build_service_reads_token_from_the_environment(monkeypatch, tmp_path):

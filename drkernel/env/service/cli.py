@@ -93,32 +93,52 @@ def _import_factory(spec: str) -> Any:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Serve until interrupted. Unusable arguments raise ``UsageError`` (exit 2); no CUDA device for
+    ``--device cuda`` raises ``EnvironmentFailure`` (exit 3)."""
+    from drkernel.cli.common import UsageError
+
     try:
         import uvicorn
 
         from drkernel.env.service.app import create_app
     except ImportError as exc:
-        print(f"drkernel serve needs the 'serve' extra: pip install 'drkernel[serve]' ({exc})", file=sys.stderr)
-        return 2
+        raise UsageError(f"drkernel serve needs the 'serve' extra: pip install 'drkernel[serve]' ({exc})") from exc
     if args.gpus:
         if args.device != "cuda":
-            print("--gpus needs --device cuda", file=sys.stderr)
-            return 2
+            raise UsageError("--gpus needs --device cuda")
         os.environ["CUDA_VISIBLE_DEVICES"] = args.gpus  # before anything creates a CUDA context
     try:
         service = build_service(args)
-    except (ValueError, json.JSONDecodeError) as exc:
-        print(f"drkernel serve: {exc}", file=sys.stderr)
-        return 2
+    except (ValueError, TypeError) as exc:  # json.JSONDecodeError is a ValueError
+        raise UsageError(f"drkernel serve: {exc}") from exc
+    if args.device == "cuda":
+        import torch
+
+        from drkernel.env.result import EnvironmentFailure
+
+        if not torch.cuda.is_available():
+            raise EnvironmentFailure(f"--device cuda but no CUDA device is visible "
+                                     f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     uvicorn.run(create_app(service), host=args.host, port=args.port, log_level=args.log_level)
     return 0
 
 
 def run(argv: list[str] | None = None) -> int:
+    """``python -m drkernel.env.service``: the same exit codes as ``drkernel serve``."""
+    from drkernel.cli.common import UsageError, first_line
+    from drkernel.env.result import EnvironmentFailure
+
     parser = argparse.ArgumentParser(prog="drkernel serve", description=__doc__.split("\n")[0])
     add_arguments(parser)
-    return main(parser.parse_args(argv))
+    try:
+        return main(parser.parse_args(argv))
+    except UsageError as exc:
+        print(f"drkernel serve: error: {first_line(exc)}", file=sys.stderr)
+        return 2
+    except EnvironmentFailure as exc:
+        print(f"drkernel serve: environment failure: {first_line(exc)}", file=sys.stderr)
+        return 3
 
 
 __all__ = ["add_arguments", "main", "build_service", "run", "TOKEN_ENV"]
