@@ -12,9 +12,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("fastapi")
-pytest.importorskip("httpx")
-
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -29,6 +29,7 @@ def test_defaults_parse():
     (["--grader", "drkernel.env.service.cli:no_such"], "no_such"),
 ])
 def test_unusable_arguments_exit_2_with_one_line(argv, words, capsys, tmp_path):
+    pytest.importorskip("uvicorn", reason="needs the 'serve' extra")
     from drkernel.cli.app import main
 
     assert main(["serve", "--state-dir", str(tmp_path), *argv]) == 2
@@ -38,12 +39,14 @@ def test_unusable_arguments_exit_2_with_one_line(argv, words, capsys, tmp_path):
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU path")
 def test_cuda_without_a_device_is_an_environment_failure_exit_3(tmp_path):
+    pytest.importorskip("uvicorn", reason="needs the 'serve' extra")
     r = subprocess.run([sys.executable, "-m", "drkernel.env.service", "--device", "cuda", "--state-dir",
                         str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 3 and "no CUDA device" in r.stderr and r.stderr.count("\n") == 1, r.stderr
 
 
 def test_build_service_reads_token_from_the_environment(monkeypatch, tmp_path):
+    pytest.importorskip("fastapi", reason="needs the 'serve' extra")
     monkeypatch.setenv(cli.TOKEN_ENV, "from-env")
     service = cli.build_service(_args("--state-dir", str(tmp_path), "--cpu-fast", "--queue-size", "7"))
     assert service.settings.token == "from-env" and service.settings.max_queue == 7

@@ -8,13 +8,15 @@ import sqlite3
 import threading
 import time
 
-import httpx
 import pytest
 
-from drkernel.env.result import EnvironmentFailure
-from drkernel.env.service.remote import RemoteGrader
-from drkernel.env.task import Task, TaskError
-from tests.service.echo_grader import digest
+pytest.importorskip("fastapi", reason="needs the 'serve' extra")
+httpx = pytest.importorskip("httpx", reason="needs the 'serve' extra")
+
+from drkernel.env.result import EnvironmentFailure  # noqa: E402
+from drkernel.env.service.remote import RemoteGrader  # noqa: E402
+from drkernel.env.task import Task, TaskError  # noqa: E402
+from tests.service.echo_grader import digest  # noqa: E402
 
 ECHO = ("--grader", "tests.service.echo_grader:make", "--no-warmup")
 TASK = Task.from_source("class Model: pass", name="echo")

@@ -6,14 +6,16 @@ repeats come from the cache (and /metrics counts it all)."""
 import asyncio
 import time
 
-import httpx
 import pytest
 
-from drkernel.env.conformance import HONEST, PROBE_TASK
-from drkernel.env.service.remote import RemoteGrader
-from drkernel.env.task import Task, TaskError
-from tests.service.batch import OPTIONS, check_verdict, mixed_batch
-from tests.service.conftest import Server
+pytest.importorskip("fastapi", reason="needs the 'serve' extra")
+httpx = pytest.importorskip("httpx", reason="needs the 'serve' extra")
+
+from drkernel.env.conformance import HONEST, PROBE_TASK  # noqa: E402
+from drkernel.env.service.remote import RemoteGrader  # noqa: E402
+from drkernel.env.task import Task, TaskError  # noqa: E402
+from tests.service.batch import OPTIONS, check_verdict, mixed_batch  # noqa: E402
+from tests.service.conftest import Server  # noqa: E402
 
 TOKEN = "s3cret-token"
 HANG_TIMEOUT_S = 20.0  # the hanging candidate's deadline: other candidates are answered before it
@@ -92,6 +94,8 @@ def test_auth_and_request_errors_name_the_problem(server, client):
     assert r.status_code == 413 and "limit" in r.json()["detail"]
     r = client.get("/v1/jobs/nope")
     assert r.status_code == 404 and "'nope'" in r.json()["detail"]
+    r = client.get("/v1/jobs/nope", params={"wait": "soon"})
+    assert r.status_code == 400 and "wait" in r.json()["detail"]
 
 
 def test_unusable_task_is_422_and_a_task_error(server, client):

@@ -34,6 +34,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Callable
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -428,6 +429,13 @@ def create_app(service: GradingService) -> FastAPI:
     app = FastAPI(title="drkernel grading service", version=service.version, lifespan=lifespan)
     app.state.service = service
     settings = service.settings
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_parameter(request: Request, exc: RequestValidationError) -> JSONResponse:
+        """Malformed query/path parameters are 400 (422 means an unusable task in this API)."""
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        service.metrics.rejected.labels("400").inc()
+        return JSONResponse({"detail": f"malformed request: {problems}"}, status_code=400)
 
     def authorize(request: Request) -> None:
         if not settings.token:
