@@ -14,8 +14,16 @@ EXTRAS = {
     "env": ["triton>=3.0"],
     # Suite benchmarks: plots and data files.
     "bench": ["matplotlib", "pyarrow"],
-    # Large-scale training on verl (FSDP + vLLM) over Ray.
-    "train": ["verl>=0.5", "vllm", "ray[default]", "transformers", "omegaconf", "hydra-core", "tensorboard"],
+    # Large-scale training on stock verl 0.9.1 (FSDP + vLLM) over Ray. verl[verl-core] brings
+    # TransferQueue, Ray, Hydra and the agent-loop servers; vLLM comes from verl's "vllm" extra on
+    # the GPU cluster (`pip install "verl[vllm]==0.9.1"`), not from here, so that the CPU test
+    # install (tests/verl/run.sh, train-cpu) never pulls CUDA wheels.
+    "train": ["verl[verl-core]==0.9.1", "tensorboard", "pyarrow"],
+    # What the CPU tests of the verl integration need on top of "train" (tests/verl/run.sh).
+    "train-cpu-test": ["verl[verl-core]==0.9.1", "tensorboard", "pyarrow", "tokenizers", "pytest>=8",
+                       "pytest-timeout"],
+    # The one-process trainer (drkernel train --local) and HFGenerate: light, no vLLM/Ray/CUDA wheels.
+    "local": ["transformers>=4.56", "tokenizers", "peft", "tensorboard", "tqdm", "pyyaml"],
     # Grading across machines: `drkernel serve`, RemoteGrader (HTTP), metrics.
     "serve": ["fastapi>=0.110", "uvicorn>=0.29", "httpx>=0.27", "prometheus-client>=0.20"],
     # RayGrader: a pool of grading actors on a Ray cluster.
@@ -26,7 +34,7 @@ EXTRAS = {
     # Test tools.
     "dev": ["pytest>=8", "pytest-timeout"],
 }
-EXTRAS["all"] = sorted({dep for deps in EXTRAS.values() for dep in deps})
+EXTRAS["all"] = sorted({dep for name, deps in EXTRAS.items() if name != "train-cpu-test" for dep in deps})
 
 setup(
     name="drkernel",
@@ -39,7 +47,11 @@ setup(
     packages=find_packages(include=["drkernel", "drkernel.*"]),
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
-    entry_points={"console_scripts": ["drkernel=drkernel.cli:main"]},
+    entry_points={
+        "console_scripts": ["drkernel=drkernel.cli:main"],
+        # `import verl` loads this in every verl process: registers trloo, the agent loop, the trainer.
+        "verl.plugins": ["drkernel = drkernel.verl.plugin"],
+    },
     classifiers=[
         "Programming Language :: Python :: 3",
         "License :: OSI Approved :: Apache Software License",

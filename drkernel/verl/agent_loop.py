@@ -1,0 +1,295 @@
+"""``drkernel_kernel_agent``: drkernel's episode runner as a verl agent loop, token-in/token-out.
+
+verl instantiates one :class:`KernelAgentLoop` per sample (``rollout.n`` per prompt) inside its
+agent-loop workers and awaits :meth:`KernelAgentLoop.run`. The loop runs
+:func:`drkernel.agent.episode.run_episode` (prompt -> generate -> extract code -> grade -> feedback,
+``drkernel.agent.max_turns`` turns) with :class:`ServerTokenGenerate` as the generation backend:
+
+- the first prompt is tokenised once with verl's Continuous Token builder (chat template plus
+  generation prompt); each later call appends only the new messages (the feedback) to the running
+  token stream, and the model's own tokens are the ids the server sampled, never re-tokenised text.
+  So the row the trainer sees is exactly the token stream the rollout generated (token-in/token-out);
+- each reply is capped at ``min(max_tokens_per_turn, what is left of rollout.response_length)``:
+  verl never has to cut a response, and when no room is left the episode simply ends there (its
+  turns so far are kept and trained, instead of training on a context different from the one
+  that was sampled; reference §9.18);
+- grading goes through the ``Grader`` protocol chosen by ``drkernel.grader.kind``.
+
+The output (:class:`KernelAgentLoopOutput`) is one row per trajectory: ``response_mask`` is 1 on
+the model's tokens, ``rollout_log_probs`` are the server's log-probs (0 on feedback tokens), and
+``rm_scores`` holds each turn's reward on that turn's last model token. Extra fields for drkernel's
+trainer: ``tok_turn_index`` (L,), and per-turn ``turn_rewards``, ``turn_exists``,
+``turn_meaningful``, ``turn_correct``, ``turn_coverage``, ``turn_speedup`` (T,), ``failed`` (1,).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from typing import Any
+
+import torch
+
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopBase,
+    AgentLoopMetrics,
+    AgentLoopOutput,
+    _agent_loop_registry,
+    register as _register_loop,
+)
+
+from drkernel.agent.types import Generation, Message
+
+logger = logging.getLogger(__name__)
+
+AGENT_NAME = "drkernel_kernel_agent"
+
+__all__ = ["AGENT_NAME", "KernelAgentLoop", "KernelAgentLoopOutput", "ServerTokenGenerate", "ResponseBudgetExhausted",
+           "register"]
+
+
+class ResponseBudgetExhausted(RuntimeError):
+    """No room is left in ``rollout.response_length`` for another reply: the episode ends here."""
+
+
+class ServerTokenGenerate:
+    """A ``drkernel.agent`` Generate backend over verl's LLM server manager, one per episode.
+
+    Keeps the running token stream of the episode (``runtime_ids``) and, for the response part
+    (everything after the first prompt), the mask, the rollout log-probs and the turn of each token.
+    """
+
+    def __init__(self, loop: AgentLoopBase, sampling_params: dict[str, Any], *, response_length: int,
+                 prompt_length: int, max_tokens_per_turn: int):
+        self.loop = loop
+        self.sampling_params = dict(sampling_params)
+        self.response_length = int(response_length)
+        self.prompt_length = int(prompt_length)
+        self.max_tokens_per_turn = int(max_tokens_per_turn)
+        self.request_id = uuid.uuid4().hex  # sticky routing: one server keeps the prefix cache
+        self.prompt_ids: list[int] = []
+        self.runtime_ids: list[int] = []
+        self.response_mask: list[int] = []
+        self.response_logprobs: list[float] = []
+        self.tok_turn: list[int] = []
+        self.messages: list[Message] = []  # the messages runtime_ids encodes (assistant replies included)
+        self.turns = 0
+        self.budget_exhausted = False
+        self.extra_fields: dict[str, Any] = {}
+
+    @property
+    def response_ids(self) -> list[int]:
+        return self.runtime_ids[len(self.prompt_ids):]
+
+    def _align(self, merge, *, turn: int, assistant_logprobs: list[float] | None = None) -> None:
+        mask, logprobs = self.loop.continuous_token_builder.align_response_metadata(
+            merge, self.response_mask, self.response_logprobs, assistant_logprobs=assistant_logprobs)
+        tok_turn = list(self.tok_turn)
+        if merge.removed_prefix_token_count:
+            tok_turn = tok_turn[: -merge.removed_prefix_token_count]
+        tok_turn += [-1] * len(merge.inserted_token_ids)
+        tok_turn += [turn if merge.kind == "assistant" else -1] * merge.appended_token_count
+        if not (len(mask) == len(tok_turn) == len(merge.token_ids) - len(self.prompt_ids)):
+            raise RuntimeError("Continuous Token merge changed the prompt part of the stream")
+        self.runtime_ids, self.response_mask, self.response_logprobs, self.tok_turn = (
+            list(merge.token_ids), mask, list(logprobs or []), tok_turn)
+
+    async def _extend_context(self, messages: list[Message]) -> None:
+        builder = self.loop.continuous_token_builder
+        if not self.prompt_ids:
+            ids = await self.loop.loop.run_in_executor(None, lambda: builder.build_initial_tokens(messages))
+            if len(ids) > self.prompt_length:  # a failure, not an early end (data.filter_overlong_prompts)
+                raise ValueError(
+                    f"the first prompt has {len(ids)} tokens, more than rollout.prompt_length={self.prompt_length}")
+            self.prompt_ids = list(ids)
+            self.runtime_ids = list(ids)
+            self.messages = [dict(m) for m in messages]
+            return
+        n = len(self.messages)
+        if [dict(m) for m in messages[:n]] != self.messages:
+            raise RuntimeError("the episode's context is not append-only (context trimming must be off in verl)")
+        merge = await self.loop.loop.run_in_executor(
+            None, lambda: builder.merge_context_tokens(self.messages, list(messages), self.runtime_ids))
+        if len(merge.token_ids) - len(self.prompt_ids) >= self.response_length:
+            raise ResponseBudgetExhausted("no room left in rollout.response_length for another reply")
+        self._align(merge, turn=-1)
+        self.messages = [dict(m) for m in messages]
+
+    async def __call__(self, messages: list[Message], **sampling: Any) -> Generation:
+        try:
+            await self._extend_context(messages)
+        except ResponseBudgetExhausted:
+            self.budget_exhausted = True
+            raise
+        room = self.response_length - len(self.response_mask)
+        params = {**self.sampling_params, **sampling, "max_tokens": max(1, min(self.max_tokens_per_turn, room))}
+        out = await self.loop.server_manager.generate(request_id=self.request_id, prompt_ids=list(self.runtime_ids),
+                                                      sampling_params=params)
+        token_ids = list(out.token_ids)[: params["max_tokens"]]
+        logprobs = list(out.log_probs)[: len(token_ids)] if out.log_probs else [0.0] * len(token_ids)
+        merge = self.loop.continuous_token_builder.merge_assistant_tokens(self.runtime_ids, token_ids)
+        self._align(merge, turn=self.turns, assistant_logprobs=logprobs)
+        text = self.loop.tokenizer.decode(token_ids, skip_special_tokens=True)
+        self.messages.append({"role": "assistant", "content": text})
+        self.turns += 1
+        steps = out.extra_fields or {}  # weight versions that generated this episode (staleness control)
+        if steps.get("min_global_steps") is not None:
+            self.extra_fields.setdefault("min_global_steps", steps["min_global_steps"])
+        if steps.get("max_global_steps") is not None:
+            self.extra_fields["max_global_steps"] = steps["max_global_steps"]
+        finish = "length" if len(token_ids) >= params["max_tokens"] else (out.stop_reason or "stop")
+        return Generation(text=text, token_ids=token_ids, logprobs=logprobs, prompt_token_ids=list(self.runtime_ids[
+            : len(self.runtime_ids) - len(token_ids)]), finish_reason=finish,
+            usage={"prompt_tokens": len(self.runtime_ids) - len(token_ids), "completion_tokens": len(token_ids)})
+
+
+class KernelAgentLoopOutput(AgentLoopOutput):
+    """verl's output plus the turn structure drkernel's trainer reads (see the module docstring)."""
+
+    tok_turn_index: list[int] = []
+    turn_rewards: list[float] = []
+    turn_exists: list[bool] = []
+    turn_meaningful: list[bool] = []
+    turn_correct: list[bool] = []
+    turn_coverage: list[float] = []
+    turn_speedup: list[float] = []
+    failed: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        out = super().as_dict()
+        for key in ("tok_turn_index", "turn_rewards", "turn_exists", "turn_meaningful", "turn_correct",
+                    "turn_coverage", "turn_speedup", "failed"):
+            out.pop(key, None)
+        ti = torch.tensor(self.tok_turn_index, dtype=torch.int64)
+        rm = torch.zeros(len(self.response_ids), dtype=torch.float32)
+        for t, r in enumerate(self.turn_rewards):  # r_t on the last model token of turn t
+            where = (ti == t).nonzero()
+            if len(where):
+                rm[int(where[-1])] = float(r)
+        out["rm_scores"] = rm
+        out["tok_turn_index"] = ti
+        out["turn_rewards"] = torch.tensor(self.turn_rewards, dtype=torch.float32)
+        out["turn_exists"] = torch.tensor(self.turn_exists, dtype=torch.bool)
+        out["turn_meaningful"] = torch.tensor(self.turn_meaningful, dtype=torch.bool)
+        out["turn_correct"] = torch.tensor(self.turn_correct, dtype=torch.bool)
+        out["turn_coverage"] = torch.tensor(self.turn_coverage, dtype=torch.float32)
+        out["turn_speedup"] = torch.tensor(self.turn_speedup, dtype=torch.float32)
+        out["failed"] = torch.tensor([self.failed], dtype=torch.bool)
+        return out
+
+
+def _task_from_row(kwargs: dict[str, Any]):
+    """The row of ``drkernel data build`` -> ``drkernel.env.Task`` (reference source in reward_model)."""
+    from drkernel.env.task import Task
+
+    reward_model = kwargs.get("reward_model") or {}
+    extra = kwargs.get("extra_info") or {}
+    source = reward_model.get("ground_truth")
+    if not source:
+        raise ValueError("dataset row has no reward_model.ground_truth (the reference source)")
+    return Task.from_source(source, name=str(extra.get("task_id") or extra.get("uuid") or "task"),
+                            entry_point=str(extra.get("entry_point") or "Model"))
+
+
+class KernelAgentLoop(AgentLoopBase):
+    """The multi-turn kernel agent (module docstring). Settings come from the ``drkernel`` node."""
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> KernelAgentLoopOutput:
+        from drkernel.agent.episode import EpisodeConfig, finalize_trajectory, run_episode
+        from drkernel.verl.config import drkernel_node, grader_settings, reward_config
+        from drkernel.verl.grading import shared_grader
+
+        node = drkernel_node(self.config)
+        agent = node["agent"]
+        task = _task_from_row(kwargs)
+        messages = list(kwargs.get("raw_prompt") or [])
+        backend = ServerTokenGenerate(
+            self, sampling_params, response_length=int(self.rollout_config.response_length),
+            prompt_length=int(self.rollout_config.prompt_length), max_tokens_per_turn=int(agent["max_tokens_per_turn"]))
+        episode = EpisodeConfig(max_turns=int(agent["max_turns"]), prompt_template=str(agent["prompt_template"]),
+                                reward=reward_config(node), no_code_reward=float(agent["no_code_reward"]),
+                                max_feedback_chars=int(agent["max_feedback_chars"]), seed=agent.get("seed"))
+        grader = self._grader(grader_settings(node), shared_grader)
+        # The dataset's first message is the rendered prompt (drkernel data build); start from it.
+        generate = _FirstPromptFromRow(backend, messages) if messages else backend
+        trajectory = await run_episode(task, generate, grader, episode, finalize=False)
+        if trajectory.error and backend.budget_exhausted:
+            trajectory.error = None  # out of room, not a failure: the turns played are trained
+        finalize_trajectory(trajectory)
+        return self._output(backend, trajectory, int(agent["max_turns"]))
+
+    def _grader(self, settings: dict[str, Any], shared) -> Any:
+        grader = getattr(self, "grader", None)  # tests inject one
+        return grader if grader is not None else shared(settings)
+
+    def _output(self, backend: ServerTokenGenerate, trajectory, max_turns: int) -> KernelAgentLoopOutput:
+        turns = trajectory.turns[:max_turns]
+        pad = max_turns - len(turns)
+        res = [t.result for t in turns]
+        turn_rewards = [float(t.reward) for t in turns] + [0.0] * pad
+        exists = [(backend.tok_turn.count(i) > 0) for i in range(len(turns))] + [False] * pad
+        extra = dict(backend.extra_fields)
+        last = max((i for i, e in enumerate(exists) if e), default=None)
+        meaningful = [bool(t.meaningful) for t in turns] + [False] * pad
+        last_reward = turn_rewards[last] if last is not None and meaningful[last] else 0.0
+        extra["reward_extra_info"] = {
+            "reward": float(sum(turn_rewards)),
+            "last_turn_reward": float(last_reward),
+            "num_turns": float(len(turns)),
+            "passed_any": float(any(r is not None and r.passed for r in res)),
+            "failed": float(trajectory.failed),
+        }
+        extra["turn_results"] = [None if r is None else _compact(r) for r in res]  # no details: TQ carries it
+        return KernelAgentLoopOutput(
+            prompt_ids=backend.prompt_ids,
+            response_ids=backend.response_ids,
+            response_mask=backend.response_mask,
+            response_logprobs=backend.response_logprobs,
+            reward_score=float(sum(turn_rewards)),
+            num_turns=2 * len(turns),
+            metrics=AgentLoopMetrics(),
+            extra_fields=extra,
+            tok_turn_index=backend.tok_turn,
+            turn_rewards=turn_rewards,
+            turn_exists=exists,
+            turn_meaningful=meaningful,
+            turn_correct=[bool(r is not None and r.passed) for r in res] + [False] * pad,
+            turn_coverage=[math.nan if r is None or r.coverage is None else float(r.coverage) for r in res]
+            + [math.nan] * pad,
+            turn_speedup=[math.nan if r is None or r.speedup is None else float(r.speedup) for r in res]
+            + [math.nan] * pad,
+            failed=trajectory.failed,
+        )
+
+
+def _compact(result) -> dict[str, Any]:
+    """The verdict fields of an ``EvalResult`` (its ``details`` stay out of TransferQueue)."""
+    full = result.to_dict()
+    keep = ("compiled", "correct", "hacked", "hack_reasons", "speedup", "coverage", "kernel_ms", "reference_ms", "error")
+    return {k: full.get(k) for k in keep}
+
+
+class _FirstPromptFromRow:
+    """Use the dataset's rendered first message(s) in place of the runner's own rendering of the task.
+
+    ``drkernel data build`` already rendered the suite's prompt into the row; the runner renders the
+    same template again. Replacing the head keeps whatever the dataset holds (e.g. a hand-edited
+    prompt) as the model's context, and everything after the head is passed through unchanged.
+    """
+
+    def __init__(self, backend: ServerTokenGenerate, head: list[Message]):
+        self.backend = backend
+        self.head = [{"role": str(m["role"]), "content": str(m["content"])} for m in head]
+        self.runner_head_len: int | None = None
+
+    async def __call__(self, messages: list[Message], **sampling: Any) -> Generation:
+        if self.runner_head_len is None:
+            self.runner_head_len = len(messages)  # first call: the runner's head only
+        return await self.backend(self.head + list(messages[self.runner_head_len:]), **sampling)
+
+
+def register() -> None:
+    """Register :class:`KernelAgentLoop` as ``drkernel_kernel_agent`` (idempotent)."""
+    if _agent_loop_registry.get(AGENT_NAME, {}).get("_target_") != f"{__name__}.KernelAgentLoop":
+        _register_loop(AGENT_NAME)(KernelAgentLoop)

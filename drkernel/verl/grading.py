@@ -1,0 +1,55 @@
+"""Graders for verl's agent-loop workers, chosen by ``drkernel.grader.kind`` (local | ray | http).
+
+One grader per worker process, built on first use and shared by every episode of that process
+(agent-loop workers are long-lived Ray actors running many episodes concurrently on one event
+loop). The Ray and HTTP graders live in :mod:`drkernel.env.service` and are imported only when
+chosen.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["make_grader", "shared_grader"]
+
+_LOCK = threading.Lock()
+_GRADERS: dict[str, Any] = {}
+
+
+def make_grader(settings: Mapping[str, Any]) -> Any:
+    """A new grader for the ``drkernel.grader`` settings (kind, device, capacity, url, num_actors, options)."""
+    from drkernel.env.config import EvalConfig
+
+    kind = settings.get("kind", "local")
+    if kind not in ("local", "ray", "http"):
+        raise ValueError(f"drkernel.grader.kind must be local, ray or http, got {kind!r}")
+    options = dict(settings.get("options") or {})
+    config = EvalConfig(device=str(settings.get("device", "cuda"))).with_overrides(**options).validate()
+    capacity = settings.get("capacity")
+    if kind == "local":
+        from drkernel.env.grader import LocalGrader
+
+        return LocalGrader(config, capacity=capacity)
+    if kind == "ray":
+        from drkernel.env.service.ray_pool import RayGrader
+
+        return RayGrader(config, num_actors=settings.get("num_actors"))
+    else:  # http
+        url = settings.get("url")
+        if not url:
+            raise ValueError("drkernel.grader.kind=http needs drkernel.grader.url")
+        from drkernel.env.service.remote import RemoteGrader
+
+        return RemoteGrader(url, capacity=capacity)
+
+
+def shared_grader(settings: Mapping[str, Any]) -> Any:
+    """The process-wide grader for these settings (built once)."""
+    key = repr(sorted((k, repr(v)) for k, v in settings.items()))
+    with _LOCK:
+        grader = _GRADERS.get(key)
+        if grader is None:
+            grader = _GRADERS[key] = make_grader(settings)
+        return grader

@@ -1,0 +1,98 @@
+"""verl batch tensors -> :func:`drkernel.step.dr_kernel_step` -> verl batch tensors (pure torch).
+
+drkernel's trainer (:mod:`drkernel.verl.trainer`) reads these padded fields of one training batch
+from TransferQueue, hands them to :func:`run_step` and writes back what it returns. Keeping the
+conversion here, free of Ray and TransferQueue, lets the CPU tests drive exactly the code the
+trainer runs.
+
+Reads (N rows, L padded response tokens, T = ``drkernel.agent.max_turns``):
+``response_mask`` (N, L), ``old_log_probs`` (N, L), ``rollout_log_probs`` (N, L) optional,
+``tok_turn_index`` (N, L), ``turn_rewards``, ``turn_exists``, ``turn_correct``, ``turn_coverage``,
+``turn_speedup`` (N, T), ``failed`` (N, 1) and the prompt ids ``uid`` (N).
+
+Writes: ``advantages`` (N, L), ``returns`` (N, L; per-turn returns G on the turn's tokens),
+``response_mask`` (N, L; the final loss mask: meaningful turns x MRS x PRS x group filter),
+``rollout_is_weights`` (N, L) when truncated IS is on; plus the step's metrics under
+``drkernel/`` and per-turn kernel metrics under ``drkernel/kernel/`` (per sample, §9.10d).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["STEP_FIELDS", "build_step_batch", "run_step"]
+
+STEP_FIELDS = ("response_mask", "old_log_probs", "rollout_log_probs", "tok_turn_index", "turn_rewards",
+               "turn_exists", "turn_correct", "turn_coverage", "turn_speedup", "failed")
+"""The batch fields :func:`run_step` reads (besides ``uid``)."""
+
+
+def build_step_batch(data: Mapping[str, torch.Tensor], uids: Sequence[Any]):
+    """The :class:`drkernel.step.StepBatch` of one verl batch (padded tensors)."""
+    from drkernel.step import StepBatch
+
+    mask = data["response_mask"].bool()
+    ti = data["tok_turn_index"].long()
+    ti = torch.where(mask, ti, torch.full_like(ti, -1))  # padding and feedback tokens: no turn
+    exists = data["turn_exists"].bool() & _exists_from_tokens(ti, mask, data["turn_rewards"].shape[1])
+    return StepBatch(
+        response_mask=mask,
+        old_log_probs=data["old_log_probs"].float(),
+        rollout_log_probs=data["rollout_log_probs"].float() if data.get("rollout_log_probs") is not None else None,
+        tok_turn_index=ti,
+        turn_rewards=data["turn_rewards"].double(),
+        group_ids=[str(u) for u in uids],
+        turn_exists=exists,
+        failed=data["failed"].bool().reshape(-1) if data.get("failed") is not None else None,
+        turn_correct=data["turn_correct"].bool(),
+        turn_coverage=data["turn_coverage"].double(),
+        turn_speedup=data["turn_speedup"].double() if data.get("turn_speedup") is not None else None,
+    )
+
+
+def _exists_from_tokens(ti: torch.Tensor, mask: torch.Tensor, num_turns: int) -> torch.Tensor:
+    from drkernel.advantages.token_level import turn_mask_from_tokens
+
+    return turn_mask_from_tokens(ti, mask, num_turns)
+
+
+def run_step(data: Mapping[str, torch.Tensor], uids: Sequence[Any], config, state=None, *,
+             generator: torch.Generator | None = None) -> tuple[dict[str, torch.Tensor], dict[str, float], Any]:
+    """One Dr. Kernel step on a verl batch; returns ``(fields to write, metrics, new state)``.
+
+    Rows the step drops (filtered groups, rows with nothing left to train) keep zero advantages and
+    an all-zero ``response_mask``, so verl's actor gives them no loss.
+    """
+    from drkernel.advantages.returns import discounted_returns
+    from drkernel.metrics.turns import turn_metrics
+    from drkernel.step import dr_kernel_step
+    from drkernel.verl.layout import turn_values_to_tokens
+
+    batch = build_step_batch(data, uids)
+    result, new_state = dr_kernel_step(batch, config, state, generator=generator)
+    n, length = batch.response_mask.shape
+    device = batch.response_mask.device
+    rows = result.kept_rows - result.num_buffered  # verl's replay buffer does the buffering: num_buffered is 0
+    advantages = torch.zeros(n, length, dtype=torch.float32, device=device)
+    loss_mask = torch.zeros(n, length, dtype=torch.bool, device=device)
+    if not result.skipped and len(rows):
+        advantages[rows] = result.tok_advantages.to(torch.float32)
+        loss_mask[rows] = result.loss_mask
+    turn_mask = batch.turn_exists & ~batch.failed[:, None] if batch.failed is not None else batch.turn_exists
+    returns = turn_values_to_tokens(discounted_returns(batch.turn_rewards, turn_mask, config.gamma),
+                                    batch.tok_turn_index).to(torch.float32) * batch.response_mask
+    out = {"advantages": advantages, "returns": returns, "response_mask": loss_mask.to(data["response_mask"].dtype)}
+    if result.is_weights is not None:
+        weights = torch.zeros(n, length, dtype=torch.float32, device=device)
+        if len(rows):
+            weights[rows] = result.is_weights.to(torch.float32)
+        out["rollout_is_weights"] = weights
+    metrics = {f"drkernel/{k}": float(v) for k, v in result.metrics.items()}
+    kernel = turn_metrics(correct=batch.turn_correct, speedup=batch.turn_speedup if batch.turn_speedup is not None
+                          else torch.full(batch.turn_correct.shape, float("nan")), exists=batch.turn_exists,
+                          turn_rewards=batch.turn_rewards)
+    metrics.update({f"drkernel/kernel/{k}": float(v) for k, v in kernel.items()})
+    return out, metrics, new_state

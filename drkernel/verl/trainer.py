@@ -1,0 +1,156 @@
+"""``drkernel_sync``: verl's synchronous v1 trainer with the Dr. Kernel step as its advantage stage.
+
+verl's hooks do not reach far enough for the paper's recipe, so two methods are overridden (and
+nothing else; rollout, log-prob recomputation, the actor update, checkpointing and validation
+are verl's):
+
+- ``_compute_advantage``: verl's version fetches only uid/mask/scores/log-probs and calls one
+  estimator. MRS with the per-turn token veto (absent from verl 0.9.1), PRS (needs each turn's
+  correctness and coverage) and the meaningful-turn mask need the turn structure the agent loop
+  stores (``tok_turn_index``, ``turn_*``), so this version fetches those fields as well, runs
+  :func:`drkernel.step.dr_kernel_step` through :func:`drkernel.verl.step_adapter.run_step`, and
+  writes back ``advantages``, ``returns``, the final ``response_mask`` (and ``loss_mask``, equal) and, when
+  truncated IS is on, ``rollout_is_weights``. Metrics: ``drkernel/*`` (step) and
+  ``drkernel/kernel/turn{t}/*`` (per-turn correctness and Fast@p, per sample).
+- ``_build_replay_buffer``: the zero-variance group filter with buffering. verl's replay buffer
+  already holds finished prompt groups until ``data.train_batch_size`` of them are usable and
+  refills evicted ones; its DAPO filter only knows "std == 0". :class:`DrKernelReplayBuffer`
+  evicts with drkernel's own :func:`drkernel.rewards.filter_groups` on each trajectory's
+  last-turn reward after the meaningful-turn zeroing (what the step filters on), so a step never
+  has to be skipped: the groups wait in verl's buffer instead of in the step's state.
+
+Register with ``trainer.v1.trainer_mode=drkernel_sync`` (the plugin registers it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from typing import Any
+
+import numpy as np
+import torch
+
+import transfer_queue as tq
+from tensordict import TensorDict
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.workers.utils.padding import response_to_nested as to_nested
+
+from drkernel.verl.step_adapter import STEP_FIELDS, run_step
+
+logger = logging.getLogger(__name__)
+
+TRAINER_NAME = "drkernel_sync"
+FILTER_METRIC = "last_turn_reward"
+"""``reward_extra_info`` key the agent loop writes: the last existing turn's reward (0 if masked)."""
+
+__all__ = ["TRAINER_NAME", "DrKernelPPOTrainer", "DrKernelReplayBuffer", "classify_groups", "register"]
+
+
+def classify_groups(values_by_uid: dict[str, list[float]], *, std_threshold: float, min_group_size: int) -> set[str]:
+    """The uids drkernel's group filter drops (low last-turn reward variance, or too few trajectories)."""
+    from drkernel.rewards import filter_groups
+
+    uids = sorted(values_by_uid)
+    rewards = torch.tensor([v for u in uids for v in values_by_uid[u]], dtype=torch.float64)
+    groups = [u for u in uids for _ in values_by_uid[u]]
+    if not groups:
+        return set()
+    selection, _ = filter_groups(rewards, groups, std_threshold=std_threshold, min_group_size=min_group_size)
+    return set(uids) - {str(g) for g in selection.kept_groups}
+
+
+class DrKernelReplayBuffer(ReplayBuffer):
+    """verl's sync replay buffer whose group eviction is drkernel's zero-variance filter."""
+
+    def __init__(self, *args: Any, std_threshold: float = 1e-3, min_group_size: int = 1, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.std_threshold = std_threshold
+        self.min_group_size = min_group_size
+
+    def _dapo_filtered_keys(self, partition_id: str) -> tuple[set[str], Counter]:
+        if partition_id == "val" or self.filter_groups_metric is None:
+            return set(), Counter()
+        finished = self.finished_keys[partition_id]
+        cache = self._dapo_classification_cache[partition_id]
+        for uid in cache.keys() - finished:
+            del cache[uid]
+        new = finished - cache.keys()
+        keys = [k for k in self.partitions[partition_id] if k.split("_")[0] in new]
+        values: dict[str, list[float]] = defaultdict(list)
+        if keys:
+            data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["extra_fields"])
+            for key, value in zip(keys, list(data["extra_fields"]), strict=True):
+                extra = getattr(value, "data", value)
+                info = extra.get("reward_extra_info", {}) if isinstance(extra, dict) else {}
+                if self.filter_groups_metric not in info:
+                    raise RuntimeError(f"trajectory {key} has no reward_extra_info[{self.filter_groups_metric!r}]")
+                values[key.split("_")[0]].append(float(info[self.filter_groups_metric]))
+        dropped = classify_groups({u: values.get(u, []) for u in new}, std_threshold=self.std_threshold,
+                                  min_group_size=self.min_group_size)
+        for uid in new:
+            vals = values.get(uid, [])
+            cache[uid] = (float(np.mean(vals)) if vals else 0.0) if uid in dropped else None
+        filtered = {uid: v for uid, v in cache.items() if v is not None}
+        return set(filtered), Counter(filtered.values())
+
+
+class DrKernelPPOTrainer(PPOTrainerSync):
+    """See the module docstring."""
+
+    def __init__(self, config: Any):
+        from drkernel.verl.config import drkernel_node, step_config
+
+        self._node = drkernel_node(config)
+        self._step_config = step_config(config, estimator=str(config.algorithm.adv_estimator),
+                                        gamma=float(config.algorithm.gamma),
+                                        samples_per_prompt=int(config.actor_rollout_ref.rollout.n))
+        self._step_state = None
+        self._generator = torch.Generator().manual_seed(int(self._node["seed"]))
+        super().__init__(config)
+
+    def _build_replay_buffer(self) -> ReplayBuffer:
+        if not self._node["group_filter"]["enable"]:
+            return super()._build_replay_buffer()
+        if self.trainer_mode != "sync":
+            raise ValueError("drkernel's group filter runs in the sync trainer only")
+        sampler = self.config.trainer.v1.sampler
+        filter_cfg = self.config.algorithm.get("filter_groups", None) or {}
+        return DrKernelReplayBuffer(
+            trainer_mode="sync",
+            trainer_config=self.config.trainer.v1.get("sync", {}),
+            max_off_policy_threshold=sampler.max_off_policy_threshold,
+            max_off_policy_strategy=sampler.max_off_policy_strategy,
+            sampler_kwargs=sampler.sampler_kwargs,
+            refill_fn=self._add_prompts_to_generate,
+            filter_groups_metric=FILTER_METRIC,
+            sync_refill_failed_groups=bool(sampler.get("sync_refill_failed_groups", False)),
+            train_batch_size=self.config.data.train_batch_size,
+            gen_batch_size=1,
+            max_inflight_gen_batches=int(filter_cfg.get("max_inflight_gen_batches", 1) or 1),
+            std_threshold=self._step_config.filter_std_threshold,
+            min_group_size=self._step_config.resolved_min_group_size(),
+        )
+
+    def _compute_advantage(self, batch, metrics: dict):
+        fields = ["uid", *STEP_FIELDS]
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+        nested_mask = data["response_mask"]
+        uids = list(data["uid"].tolist()) if hasattr(data["uid"], "tolist") else list(data["uid"])
+        padded = {k: v for k, v in data.to_padded_tensor().items() if k != "uid"}
+        if padded.get("rollout_log_probs") is None:
+            logger.warning("no rollout_log_probs in the batch: MRS is skipped (set rollout.calculate_log_probs=true)")
+        out, step_metrics, self._step_state = run_step(padded, uids, self._step_config, self._step_state,
+                                                       generator=self._generator)
+        metrics.update(step_metrics)
+        out["loss_mask"] = out["response_mask"]  # verl's agent loop stores both; keep them equal
+        written = TensorDict({k: to_nested(v, nested_mask) for k, v in out.items()}, batch_size=len(batch))
+        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=written)
+
+
+def register() -> None:
+    """Register :class:`DrKernelPPOTrainer` as ``drkernel_sync`` (idempotent)."""
+    if TRAINER_REGISTRY.get(TRAINER_NAME) is not DrKernelPPOTrainer:
+        register_trainer(TRAINER_NAME)(DrKernelPPOTrainer)

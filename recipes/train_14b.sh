@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Dr. Kernel-14B RL (TRLOO + MRS + PR + PRS) on a Ray cluster with stock verl 0.9.1.
+#
+# Run the same command on every node (rank 0 is the Ray head and launches training):
+#   NODE_RANK=0 NNODES=4 MODEL_PATH=hkust-nlp/drkernel-14b-coldstart TRAIN_FILES=data/train.parquet \
+#     VAL_FILES=data/val.parquet GRADER_KIND=http GRADER_URL=http://grader:8000 bash recipes/train_14b.sh
+#   NODE_RANK=1 NNODES=4 HEAD_ADDR=10.0.0.1 bash recipes/train_14b.sh           # each worker
+#   bash recipes/train_14b.sh --dry-run [key=value ...]   # print the composed config, start nothing
+# Extra key=value arguments are Hydra overrides of drkernel/config/drkernel_trainer.yaml.
+#
+# Environment (defaults in brackets):
+#   MODEL_PATH      policy to start from [hkust-nlp/drkernel-14b-coldstart]: the cold-start SFT
+#                   checkpoint, not the released RL model (reference §9.8)
+#   TRAIN_FILES     `drkernel data build` parquet for training [data/train.parquet]
+#   VAL_FILES       parquet for validation [data/val.parquet]
+#   NNODES          nodes in the cluster [1]
+#   GPUS_PER_NODE   GPUs per node [8]
+#   NODE_RANK       0 on the head node, 1..NNODES-1 on workers [0]
+#   HEAD_ADDR       address of the head node (workers only)
+#   RAY_PORT        Ray head port [6379]
+#   GRADER_KIND     local | ray | http [local]: where kernels are graded
+#   GRADER_URL      drkernel grading service URL (GRADER_KIND=http)
+#   GRADER_DEVICE   cuda | cpu for local/ray graders [cuda]
+#   EXPERIMENT      run name [dr_kernel_14b_trloo_mrs_pr_prs]
+#   OUTPUT_DIR      checkpoints and resolved config [checkpoints/drkernel/$EXPERIMENT]
+#   PYTHON          interpreter [python3]
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$HERE/_ray.sh"
+drk_parse_args "$@"
+
+MODEL_PATH="${MODEL_PATH:-hkust-nlp/drkernel-14b-coldstart}"
+TRAIN_FILES="${TRAIN_FILES:-data/train.parquet}"
+VAL_FILES="${VAL_FILES:-data/val.parquet}"
+NNODES="${NNODES:-1}"
+GPUS_PER_NODE="${GPUS_PER_NODE:-8}"
+GRADER_KIND="${GRADER_KIND:-local}"
+GRADER_URL="${GRADER_URL:-null}"
+GRADER_DEVICE="${GRADER_DEVICE:-cuda}"
+EXPERIMENT="${EXPERIMENT:-dr_kernel_14b_trloo_mrs_pr_prs}"
+OUTPUT_DIR="${OUTPUT_DIR:-checkpoints/drkernel/$EXPERIMENT}"
+
+ARGS=(
+  actor_rollout_ref.model.path="$MODEL_PATH"
+  data.train_files="$TRAIN_FILES"
+  data.val_files="$VAL_FILES"
+  trainer.nnodes="$NNODES"
+  trainer.n_gpus_per_node="$GPUS_PER_NODE"
+  trainer.experiment_name="$EXPERIMENT"
+  trainer.default_local_dir="$OUTPUT_DIR"
+  drkernel.grader.kind="$GRADER_KIND"
+  drkernel.grader.url="$GRADER_URL"
+  drkernel.grader.device="$GRADER_DEVICE"
+)
+
+if [ "$DRY_RUN" = "1" ]; then
+  exec "$(drk_python)" -m drkernel.train --dry-run "${ARGS[@]}" "${OVERRIDES[@]}"
+fi
+drk_start_ray
+exec "$(drk_python)" -m drkernel.train "${ARGS[@]}" "${OVERRIDES[@]}"
