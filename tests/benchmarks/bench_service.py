@@ -146,6 +146,10 @@ def run_http(args, subs) -> dict:
         stats = dict(grader.stats)
         grader.close()
         for s in servers:
+            try:
+                s.drain(timeout=600)  # restarted servers answer the jobs they had accepted
+            except RuntimeError as exc:
+                print("warning:", exc)
             s.stop()
     ids: dict[str, list[str]] = {}
     for s in servers:

@@ -57,6 +57,22 @@ class Server:
             raise RuntimeError(f"server not ready in {timeout}s: {self.log.read_text()[-2000:]}")
         return self
 
+    def drain(self, timeout: float = 60.0) -> None:
+        """Wait until the server has answered every job it accepted (queue empty, nothing running):
+        a restarted server may still be answering jobs its clients already got from elsewhere."""
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                health = httpx.get(self.url + "/healthz", timeout=5).json()
+                if health.get("queue_depth") == 0 and health.get("running") == 0:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"{self.url} did not drain in {timeout}s")
+
     def kill(self) -> None:
         """SIGKILL the server's process group (the server and the candidate processes it runs)."""
         if self.proc and self.proc.poll() is None:
