@@ -24,6 +24,10 @@ EXTRAS = {
                        "pytest-timeout"],
     # The one-process trainer (drkernel train --local) and HFGenerate: light, no vLLM/Ray/CUDA wheels.
     "local": ["transformers>=4.56", "tokenizers", "peft", "tensorboard", "tqdm", "pyyaml"],
+    # Grading across machines: `drkernel serve`, RemoteGrader (HTTP), metrics.
+    "serve": ["fastapi>=0.110", "uvicorn>=0.29", "httpx>=0.27", "prometheus-client>=0.20"],
+    # RayGrader: a pool of grading actors on a Ray cluster.
+    "ray": ["ray>=2.9"],
     # The multi-turn agent and test-time scaling (examples/refine_loop.py): OpenAI-compatible client,
     # progress bar, plots.
     "agent": ["openai>=1.0", "tqdm", "matplotlib"],

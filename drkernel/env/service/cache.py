@@ -1,0 +1,162 @@
+"""The result cache: a resubmitted kernel (frequent in RL: a policy repeats itself within and across
+groups) costs nothing.
+
+The key is ``sha256`` of the canonical JSON of::
+
+    (task source, entry point, candidate source, seed, resolved EvalConfig, grader version)
+
+The *resolved* config (the grader's base config with the request's ``options`` applied) is hashed,
+not the options as sent, so ``{}`` and ``{"device": "cpu"}`` on a CPU grader share an entry, while
+the same options on a grader with another base config do not. The grader version is
+``drkernel.__version__`` plus a digest of the environment's source files (everything under
+``drkernel/env`` except this service), so a changed check, tolerance or timing protocol can never
+serve a stale verdict. ``seed=None`` (hidden, unpredictable inputs) is part of the key like any other
+value: a resubmission gets the verdict drawn on the first submission's fresh inputs.
+
+Only verdicts (EvalResults) are cached; unusable tasks and environment failures are not.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from drkernel.env.grader import GraderBase, Options
+from drkernel.env.result import EvalResult
+from drkernel.env.task import Task
+
+
+@functools.lru_cache(maxsize=1)
+def grader_version() -> str:
+    """``<drkernel version>+<12 hex digits of the environment's sources>``."""
+    import drkernel
+    import drkernel.env as env
+
+    root = Path(env.__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("service/"):
+            continue
+        digest.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+    return f"{drkernel.__version__}+{digest.hexdigest()[:12]}"
+
+
+def config_dict(config: Any) -> dict[str, Any]:
+    """An EvalConfig as plain JSON values (tuples become lists)."""
+    return json.loads(json.dumps(asdict(config)))
+
+
+def cache_key(task_code: str, entry_point: str, candidate_code: str, seed: int | None,
+              config: dict[str, Any], version: str | None = None) -> str:
+    """The cache key of one evaluation (see the module docstring)."""
+    payload = {"task": task_code, "entry_point": entry_point, "candidate": candidate_code, "seed": seed,
+               "config": config, "version": version or grader_version()}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+class ResultCache:
+    """Verdicts by key in SQLite (``path=":memory:"`` for a process-local cache).
+
+    ``max_entries`` bounds the table: past it, the least recently used tenth is dropped.
+    """
+
+    def __init__(self, path: str | Path = ":memory:", *, max_entries: int = 100_000):
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+        self.path = str(path)
+        self.max_entries = max_entries
+        self.hits = 0
+        self.misses = 0
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._lock = threading.Lock()
+        with self._lock:
+            if self.path != ":memory:":
+                self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("CREATE TABLE IF NOT EXISTS result_cache "
+                             "(key TEXT PRIMARY KEY, result TEXT NOT NULL, used REAL NOT NULL)")
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._db.execute("SELECT result FROM result_cache WHERE key = ?", (key,)).fetchone()
+            if row is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+            self._db.execute("UPDATE result_cache SET used = ? WHERE key = ?", (time.time(), key))
+        return json.loads(row[0])
+
+    def put(self, key: str, result: dict[str, Any]) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO result_cache (key, result, used) VALUES (?, ?, ?)",
+                             (key, json.dumps(result), time.time()))
+            (n,) = self._db.execute("SELECT COUNT(*) FROM result_cache").fetchone()
+            if n > self.max_entries:
+                drop = n - self.max_entries + max(1, self.max_entries // 10)
+                self._db.execute("DELETE FROM result_cache WHERE key IN "
+                                 "(SELECT key FROM result_cache ORDER BY used LIMIT ?)", (drop,))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM result_cache").fetchone()[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+class CachedGrader(GraderBase):
+    """Any :class:`~drkernel.env.grader.Grader` behind a :class:`ResultCache`.
+
+    ``identity`` stands for the wrapped grader's base configuration in the key (pass the EvalConfig
+    it was built with, or anything JSON-serialisable that changes when its verdicts would): the
+    request's ``options`` are hashed on top of it.
+    """
+
+    def __init__(self, grader: Any, cache: ResultCache | None = None, *, identity: Any = None):
+        super().__init__(grader.capacity)
+        self.grader = grader
+        self.cache = cache if cache is not None else ResultCache()
+        self.identity = config_dict(identity) if hasattr(identity, "__dataclass_fields__") else identity
+
+    def key(self, task: Task, source: str, seed: int | None, options: Options | None) -> str:
+        config = {"base": self.identity, "options": dict(options or {})}
+        return cache_key(task.source, task.entry_point, source, seed, config)
+
+    def grade(self, task: Task, source: str, *, seed: int | None = None,
+              options: Options | None = None) -> EvalResult:
+        self._check(task, source, options)
+        key = self.key(task, source, seed, options)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return EvalResult.from_dict(hit)
+        result = self.grader.grade(task, source, seed=seed, options=options)
+        self.cache.put(key, result.to_dict())
+        return result
+
+    async def agrade(self, task: Task, source: str, *, seed: int | None = None,
+                     options: Options | None = None) -> EvalResult:
+        self._check(task, source, options)
+        key = self.key(task, source, seed, options)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return EvalResult.from_dict(hit)
+        result = await self.grader.agrade(task, source, seed=seed, options=options)
+        self.cache.put(key, result.to_dict())
+        return result
+
+    def close(self) -> None:
+        super().close()
+        self.grader.close()
+
+
+__all__ = ["ResultCache", "CachedGrader", "cache_key", "grader_version", "config_dict"]

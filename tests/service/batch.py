@@ -1,0 +1,76 @@
+"""The mixed batch both the HTTP service and the Ray pool must grade right: honest, wrong and hacked
+kernels from the adversarial corpus (tests/env/fixtures), and hanging, crashing and memory-hungry
+candidates on the conformance probe task."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from drkernel.env.conformance import PROBE_TASK, _KERNEL
+from drkernel.env.task import Task
+
+FIX = Path(__file__).resolve().parents[1] / "env" / "fixtures"
+
+#: Per-call options: the cheap protocol (no timing) with short deadlines and a small memory cap.
+OPTIONS = {"measure_performance": False, "profile": False, "trials_per_distribution": 1,
+           "distributions": ["native"], "determinism_check": False, "call_timeout_s": 8.0,
+           "load_timeout_s": 30.0, "memory_limit_mb": 1500}
+
+HANG = _KERNEL + '''
+import time
+class ModelNew(nn.Module):
+    def forward(self, x):
+        time.sleep(600)
+        return _launch(x)
+'''
+
+CRASH = _KERNEL + '''
+import os
+class ModelNew(nn.Module):
+    def forward(self, x):
+        os._exit(7)
+'''
+
+MEMORY_HOG = _KERNEL + '''
+class ModelNew(nn.Module):
+    def forward(self, x):
+        hog = [torch.ones(64 << 20) for _ in range(64)]  # 16 GiB, touched page by page
+        return _launch(x)
+'''
+
+
+def _fixture(task: str, candidate: str) -> tuple[Task, str]:
+    return Task.from_file(FIX / "tasks" / task), (FIX / "candidates" / candidate).read_text()
+
+
+def mixed_batch() -> list[tuple[str, Task, str]]:
+    probe = Task.from_source(PROBE_TASK, name="probe")
+    return [
+        ("honest", *_fixture("relu.py", "honest/relu_basic.py")),
+        ("wrong", *_fixture("relu.py", "wrong/relu_identity.py")),
+        ("hacked", *_fixture("linear_relu.py", "hacks/pytorch_fallback.py")),
+        ("hanging", probe, HANG),
+        ("crashing", probe, CRASH),
+        ("memory_hog", probe, MEMORY_HOG),
+    ]
+
+
+def check_verdict(name: str, r) -> None:
+    """Assert the verdict ``name`` must get (messages name the field that is off)."""
+    summary = f"{name}: compiled={r.compiled} correct={r.correct} hacked={r.hacked} error={r.error}"
+    if name == "honest":
+        assert r.passed, summary
+        return
+    assert not r.passed, summary
+    if name == "wrong":
+        assert r.compiled and not r.correct and not r.hacked, summary
+    elif name == "hacked":
+        assert r.hacked and set(r.hack_reasons) & {"no_triton_kernel", "forward_no_launch", "no_triton_launch"}, summary
+    elif name == "hanging":
+        assert r.compiled and not r.correct and "timed out" in r.error.message, summary
+    elif name == "crashing":
+        assert r.compiled and not r.correct and r.error is not None, summary
+    elif name == "memory_hog":
+        assert r.compiled and not r.correct and "memory limit exceeded" in r.error.message, summary
+    else:
+        raise KeyError(name)

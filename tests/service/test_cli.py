@@ -1,0 +1,61 @@
+"""``drkernel serve``'s argument handling and the lazy imports of the service package."""
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from drkernel.env.service import cli
+
+
+def _args(*argv):
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_defaults_parse():
+    args = _args()
+    assert (args.host, args.port, args.device, args.workers, args.queue_size) == ("127.0.0.1", 8000, "cpu", None, 256)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--eval-options", "[1]"], "JSON object"),
+    (["--eval-options", "{\"atoll\": 1}"], "unknown EvalConfig field"),
+    (["--workers", "0"], "--workers must be >= 1"),
+    (["--gpus", "0"], "--gpus needs --device cuda"),
+    (["--grader", "nomodule"], "MODULE:FACTORY"),
+    (["--grader", "drkernel.env.service.cli:no_such"], "no_such"),
+])
+def test_unusable_arguments_exit_2_with_one_line(argv, words, capsys, tmp_path):
+    pytest.importorskip("uvicorn", reason="needs the 'serve' extra")
+    from drkernel.cli.app import main
+
+    assert main(["serve", "--state-dir", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU path")
+def test_cuda_without_a_device_is_an_environment_failure_exit_3(tmp_path):
+    pytest.importorskip("uvicorn", reason="needs the 'serve' extra")
+    r = subprocess.run([sys.executable, "-m", "drkernel.env.service", "--device", "cuda", "--state-dir",
+                        str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3 and "no CUDA device" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_build_service_reads_token_from_the_environment(monkeypatch, tmp_path):
+    pytest.importorskip("fastapi", reason="needs the 'serve' extra")
+    monkeypatch.setenv(cli.TOKEN_ENV, "from-env")
+    service = cli.build_service(_args("--state-dir", str(tmp_path), "--cpu-fast", "--queue-size", "7"))
+    assert service.settings.token == "from-env" and service.settings.max_queue == 7
+    assert service.base_config.timing_trials == 3  # cpu_fast
+    assert (tmp_path / "jobs.sqlite").exists() and (tmp_path / "cache.sqlite").exists()
+
+
+def test_importing_the_package_pulls_in_no_server_or_cluster_library():
+    code = ("import sys, drkernel, drkernel.env, drkernel.env.service, drkernel.env.service.cli; "
+            "heavy = {'fastapi', 'uvicorn', 'httpx', 'ray', 'prometheus_client', 'torch'} & set(sys.modules); "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)
