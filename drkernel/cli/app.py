@@ -44,10 +44,10 @@ COMMANDS: tuple[Command, ...] = (
             extra="env"),
     Command("bench", "drkernel.cli.bench", "grade a directory of candidates against a task suite", extra="env"),
     Command("data", "drkernel.cli.data", "build training data from a suite, import KernelBench"),
-    Command("train", "drkernel.local.cli", "train a policy on one machine (the one-process trainer)", extra="local"),
-    Command("serve", "drkernel.env.service.cli", "serve graders over HTTP to a training cluster", extra="env"),
+    Command("train", "drkernel.local.cli", "train a policy on one machine (the one-process trainer)", extra="env,local"),
+    Command("serve", "drkernel.env.service.cli", "serve graders over HTTP to a training cluster", extra="env,serve"),
     Command("refine", "drkernel.agent.cli", "multi-turn refinement (test-time scaling) against a model endpoint",
-            extra="env"),
+            extra="env,agent"),
 )
 """Every command, in ``--help`` order."""
 

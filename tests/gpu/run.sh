@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Every GPU path of drkernel in one call, on a CUDA machine (no internet needed):
-#   bash tests/gpu/run.sh [stage ...]     stages: cli tests fixtures spread single fused (default: all)
+#   bash tests/gpu/run.sh [stage ...]     stages: cli tests fixtures spread grader service agent local
+#                                         single fused (default: all; one 10-minute device call holds
+#                                         about three of them: pass stages to split the run)
 #                                         probe sweep (suite authors' tools, not in the default)
+# Stages service, agent and local need the serve/agent/local extras' pure-Python packages
+# (pip install -e '.[serve,agent,local]'; on a machine without internet, install their wheels).
 # Results go to $OUT (default /tmp/drkernel-gpu): logs, results.json, summary.md, plots.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -10,7 +14,7 @@ OUT="${OUT:-/tmp/drkernel-gpu}"
 mkdir -p "$OUT"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
-STAGES="${*:-cli tests fixtures spread single fused}"
+STAGES="${*:-cli tests fixtures spread grader service agent local single fused}"
 # BENCH_TASKS="0*,1*" limits the suite stages to matching tasks (a long suite can be split over calls).
 TASKS_ARG=(); SUFFIX=""
 if [ -n "${BENCH_TASKS:-}" ]; then TASKS_ARG=(--tasks "$BENCH_TASKS"); SUFFIX="-${BENCH_PART:-part}"; fi
@@ -31,6 +35,13 @@ for stage in $STAGES; do
     spread)   $PY tests/gpu/timing_spread.py --task "${SPREAD_TASK:-tests/gpu/tasks/matmul_2k.py}" \
                 --candidate "${SPREAD_CANDIDATE:-tests/gpu/candidates/matmul_honest.py}" --repeats 10 \
                 --out "$OUT/spread.json" 2>&1 | tee "$OUT/spread.log" || status=1 ;;
+    grader)   $PY tests/benchmarks/bench_grader.py --device cuda --repeat 10 --spread-task 18_matmul_square \
+                --json "$OUT/bench_grader.json" 2>&1 | tee "$OUT/bench_grader.log" || status=1 ;;
+    service)  $PY tests/gpu/service_bench.py --n 48 --latency-n 10 --out "$OUT/service_bench.json" 2>&1 \
+                | tee "$OUT/service_bench.log" || status=1 ;;
+    agent)    $PY tests/gpu/agent_refine.py --device cuda --out "$OUT/agent_refine" 2>&1 \
+                | tee "$OUT/agent_refine.log" || status=1 ;;
+    local)    OUT="$OUT" bash tests/gpu/local_train.sh || status=1 ;;
     single)   $PY -m drkernel.cli bench --suite envs/single_ops --device cuda "${TASKS_ARG[@]}" \
                 --out "$OUT/single_ops$SUFFIX" 2>&1 | tee "$OUT/bench_single$SUFFIX.log" || status=1 ;;
     fused)    $PY -m drkernel.cli bench --suite envs/fused_ops --device cuda "${TASKS_ARG[@]}" \
