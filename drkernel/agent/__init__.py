@@ -15,8 +15,7 @@ the resumable output directory, summary.json), ``sft`` (SFT export), ``openai_ba
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from drkernel._lazy import lazy_exports
 
 _EXPORTS = {
     "Generation": "drkernel.agent.types",
@@ -48,14 +47,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'drkernel.agent' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -13,8 +13,7 @@ conformance suite any Grader implementation passes.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from drkernel._lazy import lazy_exports
 
 _EXPORTS = {
     "evaluate": "drkernel.env.evaluation",
@@ -39,14 +38,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'drkernel.env' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

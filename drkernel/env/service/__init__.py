@@ -8,8 +8,7 @@ Public names are imported lazily: ``import drkernel.env.service`` pulls in neith
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from drkernel._lazy import lazy_exports
 
 _EXPORTS = {
     "RemoteGrader": "drkernel.env.service.remote",
@@ -26,14 +25,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'drkernel.env.service' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
