@@ -30,31 +30,5 @@ source "$HERE/_ray.sh"
 drk_parse_args "$@"
 
 MODEL_PATH="${MODEL_PATH:-hkust-nlp/drkernel-14b-coldstart}"
-TRAIN_FILES="${TRAIN_FILES:-data/train.parquet}"
-VAL_FILES="${VAL_FILES:-data/val.parquet}"
-NNODES="${NNODES:-1}"
-GPUS_PER_NODE="${GPUS_PER_NODE:-8}"
-GRADER_KIND="${GRADER_KIND:-local}"
-GRADER_URL="${GRADER_URL:-null}"
-GRADER_DEVICE="${GRADER_DEVICE:-cuda}"
 EXPERIMENT="${EXPERIMENT:-dr_kernel_14b_trloo_mrs_pr_prs}"
-OUTPUT_DIR="${OUTPUT_DIR:-checkpoints/drkernel/$EXPERIMENT}"
-
-ARGS=(
-  actor_rollout_ref.model.path="$MODEL_PATH"
-  data.train_files="$TRAIN_FILES"
-  data.val_files="$VAL_FILES"
-  trainer.nnodes="$NNODES"
-  trainer.n_gpus_per_node="$GPUS_PER_NODE"
-  trainer.experiment_name="$EXPERIMENT"
-  trainer.default_local_dir="$OUTPUT_DIR"
-  drkernel.grader.kind="$GRADER_KIND"
-  drkernel.grader.url="$GRADER_URL"
-  drkernel.grader.device="$GRADER_DEVICE"
-)
-
-if [ "$DRY_RUN" = "1" ]; then
-  exec "$(drk_python)" -m drkernel.train --dry-run "${ARGS[@]}" "${OVERRIDES[@]}"
-fi
-drk_start_ray
-exec "$(drk_python)" -m drkernel.train "${ARGS[@]}" "${OVERRIDES[@]}"
+source "$HERE/_train_rl.sh"

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The body shared by the RL recipes (train_14b.sh, train_8b.sh): sourced after the recipe has set
+# its MODEL_PATH and EXPERIMENT defaults and parsed its arguments (drk_parse_args). The variables
+# are documented at the top of each recipe.
+TRAIN_FILES="${TRAIN_FILES:-data/train.parquet}"
+VAL_FILES="${VAL_FILES:-data/val.parquet}"
+NNODES="${NNODES:-1}"
+GPUS_PER_NODE="${GPUS_PER_NODE:-8}"
+GRADER_KIND="${GRADER_KIND:-local}"
+GRADER_URL="${GRADER_URL:-null}"
+GRADER_DEVICE="${GRADER_DEVICE:-cuda}"
+OUTPUT_DIR="${OUTPUT_DIR:-checkpoints/drkernel/$EXPERIMENT}"
+
+ARGS=(
+  actor_rollout_ref.model.path="$MODEL_PATH"
+  data.train_files="$TRAIN_FILES"
+  data.val_files="$VAL_FILES"
+  trainer.nnodes="$NNODES"
+  trainer.n_gpus_per_node="$GPUS_PER_NODE"
+  trainer.experiment_name="$EXPERIMENT"
+  trainer.default_local_dir="$OUTPUT_DIR"
+  drkernel.grader.kind="$GRADER_KIND"
+  drkernel.grader.url="$GRADER_URL"
+  drkernel.grader.device="$GRADER_DEVICE"
+)
+
+if [ "$DRY_RUN" = "1" ]; then
+  exec "$(drk_python)" -m drkernel.train --dry-run "${ARGS[@]}" "${OVERRIDES[@]}"
+fi
+drk_start_ray
+exec "$(drk_python)" -m drkernel.train "${ARGS[@]}" "${OVERRIDES[@]}"
