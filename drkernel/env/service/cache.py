@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import sqlite3
 import threading
 import time
 from dataclasses import asdict
@@ -30,6 +29,7 @@ from typing import Any
 
 from drkernel.env.grader import GraderBase, Options
 from drkernel.env.result import EvalResult
+from drkernel.env.service.jobs import open_db
 from drkernel.env.task import Task
 
 
@@ -75,13 +75,9 @@ class ResultCache:
         self.max_entries = max_entries
         self.hits = 0
         self.misses = 0
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._db = open_db(self.path)
         self._lock = threading.Lock()
         with self._lock:
-            if self.path != ":memory:":
-                self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("CREATE TABLE IF NOT EXISTS result_cache "
                              "(key TEXT PRIMARY KEY, result TEXT NOT NULL, used REAL NOT NULL)")
 

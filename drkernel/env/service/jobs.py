@@ -82,19 +82,29 @@ class Job:
                 "finished": self.finished}
 
 
+def open_db(path: str, *, synchronous_normal: bool = False) -> sqlite3.Connection:
+    """One SQLite connection shared by a store's threads (guarded by the store's lock): autocommit,
+    a 30 s busy timeout, the parent folder created, and WAL for a file database (readers never
+    block the writer). ``synchronous_normal`` keeps commits durable across a killed process (not
+    across a power loss) at far less cost than FULL."""
+    if path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+    if path != ":memory:":
+        db.execute("PRAGMA journal_mode=WAL")
+        if synchronous_normal:
+            db.execute("PRAGMA synchronous=NORMAL")
+    return db
+
+
 class JobStore:
     """SQLite-backed jobs. ``path=":memory:"`` keeps them in memory (tests; no restart survival)."""
 
     def __init__(self, path: str | Path = ":memory:"):
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._db = open_db(self.path, synchronous_normal=True)
         self._lock = threading.Lock()
         with self._lock:
-            if self.path != ":memory:":
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=NORMAL")  # durable across a killed process
             self._db.executescript(_SCHEMA)
 
     # -- writes ---------------------------------------------------------------------------------
