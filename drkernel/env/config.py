@@ -13,7 +13,7 @@ CORRECTNESS_KEYS = {"trials_per_distribution": "trials_per_distribution", "distr
                     "atol": "atol", "rtol": "rtol", "determinism_check": "determinism_check"}
 #: env.yaml ``timing:`` keys, each mapped to its EvalConfig field.
 TIMING_KEYS = {"warmup": "warmup", "trials": "timing_trials", "reference_backend": "reference_backend",
-               "spot_checks": "spot_checks", "input_pool": "input_pool"}
+               "spot_checks": "spot_checks", "input_pool": "input_pool", "launch_budget_ms": "launch_budget_ms"}
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,12 @@ class EvalConfig:
     """Distinct input sets that timed calls rotate through (each call also gets its own transform)."""
     reference_backend: str = "eager"
     """``eager`` or ``torch_compile`` for the timed reference."""
+    launch_budget_ms: float = 1.0
+    """GPU time queued ahead of each timed call (after the L2 flush, a GPU sleep) so that the host's
+    launch path of either model, up to about this long, overlaps it: the events then measure device
+    time, as in a pipeline that keeps the GPU fed. Host work beyond it is counted. (Only the flush,
+    ~0.085 ms on an H100, left a Python launch path of 0.1-0.2 ms partly counted: its jitter made one
+    matmul's speedup vary by 5-7% between evaluations; with 1 ms, by 0.4%, tests/gpu/placement_probe.py.)"""
     time_hacked: bool = False
     """Also time (and spot-check) candidates the static checks already flagged: for auditing the
     runtime detectors; a flagged candidate's verdict does not change."""
@@ -98,6 +104,8 @@ class EvalConfig:
             raise ValueError(f"reference_backend must be 'eager' or 'torch_compile', got {self.reference_backend!r}")
         if self.total_timeout_s <= 0:
             raise ValueError(f"total_timeout_s must be > 0, got {self.total_timeout_s}")
+        if not 0 <= self.launch_budget_ms <= 100:
+            raise ValueError(f"launch_budget_ms must be in [0, 100], got {self.launch_budget_ms}")
         if self.trials_per_distribution < 1 or self.timing_trials < 1:
             raise ValueError("trials_per_distribution and timing_trials must be >= 1")
         return self

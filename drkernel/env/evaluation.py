@@ -319,7 +319,7 @@ class Evaluation:
 
     def _flow(self) -> None:
         self._static()
-        with self.clock.part("references"), self._shared():
+        with self._shared(), self.clock.part("references"):
             self._references()
         self._enter(Stage.COMPILE)
         self._acquire()
@@ -435,7 +435,8 @@ class Evaluation:
         plan, cfg = self.plan, self.config
         t0 = time.monotonic()
         reply = self._request(TimeRequest(pool_seeds=plan.pool_seeds, factors=plan.factors, trials=cfg.timing_trials,
-                                          warmup=cfg.warmup, spot=plan.spot), cfg.timing_timeout_s, "timing")
+                                          warmup=cfg.warmup, spot=plan.spot, launch_budget_ms=cfg.launch_budget_ms),
+                             cfg.timing_timeout_s, "timing")
         wall_ms = (time.monotonic() - t0) * 1e3
         t = reply.body
         if t.timed_total_ms > wall_ms * 1.05 + 100.0:
@@ -454,7 +455,8 @@ class Evaluation:
                 ok, msg = False, "timed call returned no readable tensor"
                 if item.get("out") is not None:
                     try:
-                        cmp = self._compare(read_tensor(item["out"], self.proc.workdir), self.refs[("spot", call)].out)
+                        ref_out = self.refs[("spot", call)].out
+                        cmp = self._compare(read_tensor(item["out"], self.proc.workdir, ref_out.device), ref_out)
                         ok, msg = cmp.ok, cmp.message
                     except (TensorIOError, OSError) as exc:
                         msg = str(exc)
@@ -482,6 +484,7 @@ class Evaluation:
             "candidate_ms": t.candidate, "reference_ms": t.reference, "candidate_event_ms": t.candidate_event,
             "candidate_host_ms": t.candidate_host, "host_gap_ms": gaps, "launch_ms": t.launch_ms,
             "trials": cfg.timing_trials, "warmup": cfg.warmup, "reference_backend": cfg.reference_backend,
+            "launch_budget_ms": cfg.launch_budget_ms,
             "samples": t.samples, "persisting_l2_reset": t.persisting_l2_reset,
         }
         if r.speedup is not None and r.speedup > 10.0:
@@ -523,8 +526,8 @@ class Evaluation:
         if r.dense is False and ref.dense:
             self.result.add_hack("lazy_output")  # e.g. a constant expanded to the output shape
         try:
-            with self.clock.part("transfers"):
-                out = read_tensor(r.out, self.proc.workdir)
+            with self._shared(), self.clock.part("transfers"):  # a GPU read is GPU work: not during a timing
+                out = read_tensor(r.out, self.proc.workdir, ref.out.device)
                 (self.proc.workdir / r.out["file"]).unlink(missing_ok=True)
         except (TensorIOError, OSError, TypeError, KeyError) as exc:
             return self._trial_failed(f"{desc}: unreadable output ({exc})")

@@ -29,7 +29,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 
 class ProtocolError(ValueError):
@@ -71,6 +71,7 @@ class TimeRequest:
     trials: int
     warmup: int
     spot: list[int] = field(default_factory=list)
+    launch_budget_ms: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ seed, see :mod:`drkernel.env.protocol`.)
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,18 @@ DTYPES: dict[str, torch.dtype] = {
 }
 _NAMES = {v: k for k, v in DTYPES.items()}
 MAX_NDIM = 16
+CHUNK_BYTES = 32 << 20
+"""GPU tensors move through a pinned host buffer of this size (one per thread): page-locked copies
+run at full PCIe speed, where copying to or from mapped file pages ran at about 1 GB/s on an H100
+machine (0.25 s for each 256 MB output, ten per evaluation of an elementwise task)."""
+_local = threading.local()
+
+
+def _pinned_chunk() -> torch.Tensor:
+    buf = getattr(_local, "pinned", None)
+    if buf is None:
+        buf = _local.pinned = torch.empty(CHUNK_BYTES, dtype=torch.uint8, pin_memory=True)
+    return buf
 
 
 class TensorIOError(ValueError):
@@ -39,12 +52,22 @@ def dtype_name(dtype: torch.dtype) -> str:
 def write_tensor(tensor: torch.Tensor, directory: Path, name: str) -> dict[str, Any]:
     """Write ``tensor`` (any device) as raw bytes; return its JSON descriptor.
 
-    The file is sized first and mapped, and the tensor is copied straight into the mapping (from
-    the GPU: one device-to-host copy, no staging tensor, no write() copy)."""
+    A GPU tensor goes through this thread's pinned buffer in :data:`CHUNK_BYTES` pieces; a CPU
+    tensor is copied straight into the file, sized first and mapped."""
     t = tensor.detach()
     name_of_dtype = dtype_name(t.dtype)
     path = Path(directory) / f"{name}.bin"
     nbytes = t.numel() * t.element_size()
+    if nbytes and t.is_cuda:
+        flat = t.contiguous().reshape(-1).view(torch.uint8)
+        buf = _pinned_chunk()
+        view = memoryview(buf.numpy())
+        with open(path, "wb") as fh:
+            for off in range(0, nbytes, CHUNK_BYTES):
+                n = min(CHUNK_BYTES, nbytes - off)
+                buf[:n].copy_(flat[off:off + n])  # device -> pinned (synchronous)
+                fh.write(view[:n])
+        return {"file": path.name, "dtype": name_of_dtype, "shape": list(t.shape)}
     with open(path, "wb") as fh:
         fh.truncate(nbytes)
     if nbytes:
@@ -57,8 +80,11 @@ def write_tensor(tensor: torch.Tensor, directory: Path, name: str) -> dict[str, 
     return {"file": path.name, "dtype": name_of_dtype, "shape": list(t.shape)}
 
 
-def read_tensor(desc: Any, directory: Path) -> torch.Tensor:
-    """Read a tensor from a descriptor, validating every field (the descriptor may be hostile)."""
+def read_tensor(desc: Any, directory: Path, device: torch.device | str | None = None) -> torch.Tensor:
+    """Read a tensor from a descriptor, validating every field (the descriptor may be hostile).
+
+    ``device`` a GPU: the file is read through this thread's pinned buffer straight into device
+    memory (if the device has no room, the tensor is returned on the CPU, mapped)."""
     if not isinstance(desc, dict) or set(desc) != {"file", "dtype", "shape"}:
         raise TensorIOError(f"malformed tensor descriptor: {str(desc)[:200]}")
     fname, dname, shape = desc["file"], desc["dtype"], desc["shape"]
@@ -78,7 +104,27 @@ def read_tensor(desc: Any, directory: Path) -> torch.Tensor:
         raise TensorIOError(f"tensor file {fname} has {size} bytes, descriptor says {nbytes}")
     if numel == 0:
         return torch.empty(shape, dtype=dtype)
+    if device is not None and torch.device(device).type == "cuda":
+        try:
+            return _read_to_device(path, nbytes, torch.device(device)).view(dtype).reshape(shape)
+        except torch.OutOfMemoryError:
+            torch.cuda.empty_cache()  # the candidate may hold most of the GPU: compare on the CPU
     # A private (copy-on-write) mapping: pages are read as the comparison touches them (no read()
     # copy). As with any read after the reply, the file is the candidate's until it is unlinked.
     raw = torch.from_numpy(np.memmap(path, mode="c", dtype=np.uint8, shape=(nbytes,)))
     return raw.view(dtype).reshape(shape)
+
+
+def _read_to_device(path: Path, nbytes: int, device: torch.device) -> torch.Tensor:
+    dst = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    buf = _pinned_chunk()
+    view = memoryview(buf.numpy())
+    with open(path, "rb") as fh:
+        off = 0
+        while off < nbytes:
+            n = fh.readinto(view[:min(CHUNK_BYTES, nbytes - off)])
+            if not n:
+                raise TensorIOError(f"tensor file {path.name} ended after {off} of {nbytes} bytes")
+            dst[off:off + n].copy_(buf[:n])  # pinned -> device (synchronous: the buffer is reused)
+            off += n
+    return dst

@@ -94,7 +94,7 @@ class Harness:
             "torch.cuda.synchronize": torch.cuda.synchronize, "torch.cuda.Event": torch.cuda.Event,
             "torch.cuda.Event.record": torch.cuda.Event.record,
             "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
-            "torch.cuda.current_stream": torch.cuda.current_stream,
+            "torch.cuda.current_stream": torch.cuda.current_stream, "torch.cuda._sleep": torch.cuda._sleep,
             "torch.profiler.profile": torch.profiler.profile, "triton.jit": triton.jit,
             "threading.active_count": threading.active_count, "json.dumps": json.dumps,
         }

@@ -10,8 +10,10 @@
   prompt and reply ids of turn t, so a trainer can lay a whole multi-turn episode out as one
   sequence whose policy tokens are exactly the sampled ones (``drkernel.local.pack``).
 * **Sampling.** Token by token with the KV cache: ``p = softmax(logits / temperature)``, then
-  optional top-k / top-p truncation, then a draw from this backend's own ``torch.Generator``
-  (seeded; no global RNG). ``temperature=0`` is greedy.
+  optional top-k / top-p truncation (per row), then a draw from this backend's own
+  ``torch.Generator`` on the model's device (seeded; no global RNG). ``temperature=0`` is greedy.
+  One device-to-host copy per step (the sampled ids and their log-probs): the loop does not stall
+  the GPU on per-row reads.
 * **Log-probs** are ``log softmax(logits / temperature)`` of each sampled token, before top-k /
   top-p truncation (vLLM's default): the quantity the trainer recomputes as ``log pi_old``.
   Greedy decoding reports them at temperature 1.
@@ -34,7 +36,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -70,6 +72,10 @@ class HFGenerate:
         max_batch: most requests sampled together.
         autocast_dtype: run the model's forwards under ``torch.autocast`` with this dtype (the
             trainer's bf16-mixed precision on cuda); None = the weights' own dtype.
+        step_guard: a context-manager factory entered around each decoding step's GPU work. The
+            one-machine trainer passes the shared side of the grader's GPU gate
+            (:func:`drkernel.env.evaluation.device_gate`), so no forward runs while a candidate is
+            timed on the same GPU (timings stay exclusive) and a timing waits at most one step.
         **sampling_defaults: ``temperature`` (1.0), ``top_p`` (1.0), ``top_k`` (0 = off),
             ``max_new_tokens`` (512; ``max_tokens`` is an alias), ``stop_token_ids`` (extra stops).
             Per-call keyword arguments override them.
@@ -77,7 +83,7 @@ class HFGenerate:
 
     def __init__(self, model_or_path: Any, tokenizer: Any = None, *, device: str = "cpu", seed: int = 0,
                  cache_size: int = 4096, max_batch: int = 64, autocast_dtype: torch.dtype | None = None,
-                 **sampling_defaults: Any):
+                 step_guard: Callable[[], Any] | None = None, **sampling_defaults: Any):
         if isinstance(model_or_path, str):
             from transformers import AutoModelForCausalLM
 
@@ -98,7 +104,8 @@ class HFGenerate:
         self.sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 512,
                          "stop_token_ids": ()}
         self.sampling.update(self._normalise(sampling_defaults))
-        self.generator = torch.Generator(device="cpu").manual_seed(seed)
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.step_guard = step_guard
         self.stop_ids = self._default_stops(tokenizer)
         self._stop_texts = sorted({tokenizer.convert_ids_to_tokens(i) for i in self.stop_ids}, key=len, reverse=True)
         self._replies: OrderedDict[str, list[int]] = OrderedDict()  # reply text -> sampled ids
@@ -175,7 +182,7 @@ class HFGenerate:
             self.model.eval()
             try:
                 full = torch.tensor([prompt_ids + ids], dtype=torch.long, device=self.device)
-                with self._amp():
+                with self._guard(), self._amp():
                     logits = self.model(input_ids=full).logits[0, len(prompt_ids) - 1:-1].float() / temp
                 logp = torch.log_softmax(logits, -1).gather(1, full[0, len(prompt_ids):, None]).squeeze(1)
             finally:
@@ -249,8 +256,7 @@ class HFGenerate:
         """Sample continuations of left-padded ``prompts`` together; per prompt ``(ids, log-probs,
         finish_reason)``."""
         temperature = float(opts["temperature"])
-        stops = torch.tensor(sorted(set(self.stop_ids) | {int(t) for t in opts["stop_token_ids"]}),
-                             dtype=torch.long, device=self.device)
+        stops = set(self.stop_ids) | {int(t) for t in opts["stop_token_ids"]}
         limit = getattr(self.model.config, "max_position_embeddings", None)
         b = len(prompts)
         width = max(len(p) for p in prompts)
@@ -268,35 +274,40 @@ class HFGenerate:
             attn[i, width - len(p):] = 1
         ids, attn = ids.to(self.device), attn.to(self.device)
         positions = (attn.cumsum(-1) - 1).clamp(min=0)
-        done = torch.tensor([n <= 0 for n in budget], device=self.device)
+        done = [n <= 0 for n in budget]
         was_training = self.model.training
         self.model.eval()
         try:
             past = None
             inp, pos = ids, positions
             for step in range(steps):
-                with self._amp():
-                    out = self.model(input_ids=inp, attention_mask=attn, position_ids=pos, past_key_values=past,
-                                     use_cache=True)
-                past = out.past_key_values
-                logits = out.logits[:, -1].float()
-                logp = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
-                if temperature > 0:
-                    probs = _truncate(logp.exp(), int(opts["top_k"]), float(opts["top_p"]))
-                    tok = torch.multinomial(probs.cpu(), 1, generator=gen).squeeze(1).to(self.device)
-                else:
-                    tok = logits.argmax(-1)
-                tok_lp = logp.gather(1, tok[:, None]).squeeze(1)
-                for i in torch.nonzero(~done).flatten().tolist():
-                    t = int(tok[i])
+                with self._guard():  # the step's GPU work, up to its one host copy
+                    with self._amp():
+                        out = self.model(input_ids=inp, attention_mask=attn, position_ids=pos,
+                                         past_key_values=past, use_cache=True)
+                    past = out.past_key_values
+                    logits = out.logits[:, -1].float()
+                    logp = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
+                    if temperature > 0:
+                        probs = _truncate(logp.exp(), int(opts["top_k"]), float(opts["top_p"]))
+                        tok = torch.multinomial(probs.to(gen.device), 1, generator=gen).squeeze(1).to(self.device)
+                    else:
+                        tok = logits.argmax(-1)
+                    tok_lp = logp.gather(1, tok[:, None]).squeeze(1)
+                    # one device-to-host copy per step (ids are exact in float64)
+                    step_out = torch.stack([tok.double(), tok_lp.double()], 1).cpu().tolist()
+                for i in range(b):
+                    if done[i]:
+                        continue
+                    t, lp = int(step_out[i][0]), step_out[i][1]
                     results[i][0].append(t)
-                    results[i][1].append(float(tok_lp[i]))
-                    if bool((stops == t).any()):
+                    results[i][1].append(lp)
+                    if t in stops:
                         results[i] = (results[i][0], results[i][1], "stop")
                         done[i] = True
                     elif len(results[i][0]) >= budget[i]:
                         done[i] = True
-                if bool(done.all()):
+                if all(done):
                     break
                 inp = tok[:, None]
                 pos = pos[:, -1:] + 1
@@ -304,6 +315,9 @@ class HFGenerate:
             return results
         finally:
             self.model.train(was_training)
+
+    def _guard(self) -> Any:
+        return self.step_guard() if self.step_guard is not None else contextlib.nullcontext()
 
     def _amp(self) -> Any:
         if self.autocast_dtype is None:
@@ -340,16 +354,16 @@ class HFGenerate:
 
 
 def _truncate(probs: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Zero all but the top-k tokens and the smallest set whose mass reaches top_p (then the draw
-    renormalises: ``torch.multinomial`` takes unnormalised weights)."""
-    if top_k > 0 and top_k < probs.numel():
-        kth = torch.topk(probs, top_k).values[-1]
+    """Per row of ``probs`` (batch, vocab): zero all but the top-k tokens and the smallest set whose
+    mass reaches top_p (then the draw renormalises: ``torch.multinomial`` takes unnormalised weights)."""
+    if 0 < top_k < probs.shape[-1]:
+        kth = torch.topk(probs, top_k, dim=-1).values[..., -1:]
         probs = torch.where(probs >= kth, probs, torch.zeros_like(probs))
     if top_p < 1.0:
-        sorted_p, order = torch.sort(probs, descending=True)
-        before = torch.cumsum(sorted_p, 0) - sorted_p  # mass strictly above each token
-        keep_sorted = before < top_p * sorted_p.sum()
-        keep = torch.zeros_like(keep_sorted).scatter(0, order, keep_sorted)
+        sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+        before = torch.cumsum(sorted_p, -1) - sorted_p  # mass strictly above each token
+        keep_sorted = before < top_p * sorted_p.sum(-1, keepdim=True)
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
         probs = torch.where(keep, probs, torch.zeros_like(probs))
     return probs
 

@@ -274,7 +274,7 @@ class Trainer:
         from drkernel.local.hf_generate import HFGenerate
 
         backend = generate(self.model, self.tokenizer) if generate is not None else HFGenerate(
-            self.model, self.tokenizer, device=cfg.device, seed=cfg.seed,
+            self.model, self.tokenizer, device=cfg.device, seed=cfg.seed, step_guard=self._gpu_guard(),
             autocast_dtype=torch.bfloat16 if self._precision() == "bf16-mixed" and self.device.type == "cuda" else None)
         if cfg.solution_mix:
             if cfg.env != "suite":
@@ -320,6 +320,18 @@ class Trainer:
                                                  vocab_size=cfg.tokenizer_vocab)
         model = tiny.build_tiny_model(tokenizer, hidden_size=cfg.tiny_hidden, num_layers=cfg.tiny_layers, seed=cfg.seed)
         return tokenizer, model.to(torch.bfloat16) if self._precision() == "bf16" else model
+
+    def _gpu_guard(self) -> Any:
+        """The shared side of the grader's gate of the model's GPU when the grader times candidates
+        on that GPU (one machine, one GPU): generation then never overlaps a timed region."""
+        if self.device.type != "cuda":
+            return None
+        name = f"cuda:{self.device.index if self.device.index is not None else torch.cuda.current_device()}"
+        if name not in getattr(getattr(self.env, "grader", None), "devices", ()):
+            return None
+        from drkernel.env.evaluation import device_gate
+
+        return device_gate(name).shared
 
     def _precision(self) -> str:
         p = self.config.precision

@@ -78,3 +78,38 @@ def test_persisting_l2_reset_works_on_this_device():
     assert reset() is True
     size = ctypes.c_size_t(1)
     assert lib.cudaDeviceGetLimit(ctypes.byref(size), 0x06) == 0 and size.value == 0
+
+
+@pytest.mark.parametrize("dtype,shape", [(torch.float32, (3, 5)), (torch.float32, (3 << 20, 3)),  # crosses chunks
+                                         (torch.bfloat16, (1001,)), (torch.bool, (7, 3)),
+                                         (torch.complex64, (5,)), (torch.int64, ())])
+def test_gpu_tensors_round_trip_through_the_pinned_path(tmp_path, dtype, shape):
+    from drkernel.env import tensor_io
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(shape, device="cuda", generator=g, dtype=torch.float32)
+    x = (x > 0) if dtype is torch.bool else x.to(dtype)
+    x = x.t() if x.dim() == 2 else x  # a non-contiguous source is written in logical order
+    desc = tensor_io.write_tensor(x, tmp_path, "out")
+    y = tensor_io.read_tensor(desc, tmp_path, "cuda")
+    assert y.is_cuda and y.dtype == x.dtype and y.shape == x.shape and torch.equal(y, x)
+    z = tensor_io.read_tensor(desc, tmp_path)  # the CPU reader sees the same bytes
+    assert torch.equal(z, x.cpu())
+
+
+def test_a_file_cut_short_after_the_check_is_an_io_error(tmp_path, monkeypatch):
+    from drkernel.env import tensor_io
+
+    x = torch.arange(10, dtype=torch.float32, device="cuda")
+    desc = tensor_io.write_tensor(x, tmp_path, "out")
+    real_open = open
+
+    def shrinking_open(path, mode="r", *a, **k):  # the candidate truncates the file between check and read
+        if str(path).endswith("out.bin") and "r" in mode:
+            with real_open(path, "r+b") as fh:
+                fh.truncate(8)
+        return real_open(path, mode, *a, **k)
+
+    monkeypatch.setattr("builtins.open", shrinking_open)
+    with pytest.raises(tensor_io.TensorIOError, match="ended after"):
+        tensor_io.read_tensor(desc, tmp_path, "cuda")

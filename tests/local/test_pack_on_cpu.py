@@ -112,3 +112,46 @@ def test_hf_generate_loads_a_local_directory(toy_model, tmp_path):
     b = HFGenerate(model, tok, seed=0, max_tokens=3, temperature=0).generate(
         [{"role": "user", "content": "guess the secret number . hint 1"}])
     assert a.token_ids == b.token_ids and a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+
+
+def test_batched_top_k_and_top_p_truncate_each_row():
+    from drkernel.local.hf_generate import _truncate
+
+    probs = torch.tensor([[0.5, 0.3, 0.2, 0.0], [0.1, 0.2, 0.3, 0.4]], dtype=torch.float64)
+    # top-k=2 keeps each row's own two largest
+    assert _truncate(probs, 2, 1.0).tolist() == [[0.5, 0.3, 0.0, 0.0], [0.0, 0.0, 0.3, 0.4]]
+    # top-p=0.6: row 1 keeps 0.5 (mass above it 0) and 0.3 (0.5 < 0.6); row 2 keeps 0.4, 0.3 (0.4 < 0.6)
+    assert _truncate(probs, 0, 0.6).tolist() == [[0.5, 0.3, 0.0, 0.0], [0.0, 0.0, 0.3, 0.4]]
+    assert torch.equal(_truncate(probs, 0, 1.0), probs)
+
+
+def test_batched_sampling_with_top_k_1_is_greedy_per_row(toy_model):
+    """Three different prompts sampled as one batch with top_k=1 give each prompt's own greedy reply."""
+    model, tok = toy_model
+    prompts = [[{"role": "user", "content": f"guess the secret number . hint {h}"}] for h in (1, 2, 3)]
+    greedy = [HFGenerate(model, tok, seed=0, temperature=0, max_new_tokens=4).generate(p).token_ids for p in prompts]
+    gen = HFGenerate(model, tok, seed=5, temperature=1.0, top_k=1, max_new_tokens=4)
+
+    async def together():
+        return await asyncio.gather(*(gen(p) for p in prompts))
+
+    outs = asyncio.run(together())
+    assert [o.token_ids for o in outs] == greedy
+
+
+def test_step_guard_is_entered_around_every_decoding_step(toy_model):
+    import contextlib
+
+    model, tok = toy_model
+    entered = []
+
+    @contextlib.contextmanager
+    def guard():
+        entered.append(1)
+        yield
+
+    gen = HFGenerate(model, tok, seed=0, temperature=0, max_new_tokens=3, step_guard=guard)
+    eos = set(gen.stop_ids)
+    out = gen.generate([{"role": "user", "content": "guess the secret number . hint 1"}])
+    assert len(entered) == len(out.token_ids) and len(entered) >= 1
+    assert out.finish_reason == ("stop" if out.token_ids[-1] in eos else "length")
