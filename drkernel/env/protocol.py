@@ -71,7 +71,7 @@ class TimeRequest:
     trials: int
     warmup: int
     spot: list[int] = field(default_factory=list)
-    launch_budget_ms: float = 1.0
+    launch_budget_ms: float = 0.0
 
 
 @dataclass(frozen=True)

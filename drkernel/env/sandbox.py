@@ -449,6 +449,12 @@ class WarmPool:
         with self._lock:
             return sum(p.alive for p in self._ready.get(device, ()))
 
+    @property
+    def ready_total(self) -> int:
+        """Spare processes ready now, over every device."""
+        with self._lock:
+            return sum(p.alive for q in self._ready.values() for p in q)
+
     def close(self) -> None:
         with self._lock:
             self._closed = True

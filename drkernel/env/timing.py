@@ -8,16 +8,16 @@ alternates every trial), after warm-up. Per timed call:
    region, so a cache keyed on pointers, shapes or values returns a wrong answer;
 2. on CUDA: persisting-L2 state is reset (``cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0)``
    and ``cudaCtxResetPersistingL2Cache``, pattern #20), the device is synchronised, and the L2
-   cache is flushed by writing a buffer of ``max(2 x L2, 256 MiB)``, and a GPU sleep of
-   ``launch_budget_ms`` (1 ms) is queued behind it. Both are left *in the queue* when the call
-   starts: the GPU is busy while the host runs the call's Python and launch path, so the events
-   measure device time, as in a pipeline that keeps the GPU fed, rather than the launcher's
-   overhead; host work beyond the budget still counts. The flush alone (KernelBench's and
-   ``triton.testing.do_bench``'s order: ~85 us on an H100) hid less than a typical Python launch
-   path of a Triton candidate (0.1-0.2 ms for two kernels), and the counted remainder was host
-   jitter: one matmul's speedup varied by 5-7% between evaluations, 0.4% with the sleep
-   (tests/gpu/placement_probe.py). Without either, a Triton kernel called from Python (30-50 us
-   per launch) could never match an eager op of the same device time;
+   cache is flushed by writing a buffer of ``max(2 x L2, 256 MiB)``. The flush is left *in the
+   queue* when the call starts (KernelBench's and ``triton.testing.do_bench``'s order): it keeps
+   the GPU busy (about 85 us on an H100) while the host runs the call's Python and launch path, so
+   the events measure device time rather than the launcher's overhead. Host work beyond the flush
+   still counts, with its jitter: a candidate whose launch path outlasts the flush (two Triton
+   launches: 0.12-0.22 ms) sees its speedup vary by ~5% between evaluations. ``launch_budget_ms``
+   (off by default) queues a GPU sleep behind the flush to hide that too (1.5% on the same
+   kernel), at a price that rules it out for rewards: work on a side stream runs beside the sleep
+   unseen. Without the queued flush, a Triton kernel called from Python (30-50 us per launch)
+   could never match an eager op of the same device time (tests/gpu/solution_speed.py);
 3. the call is bracketed by CUDA events on the current stream *and* by a host clock around a
    device-wide synchronisation. Work hidden on side streams or threads escapes the events but not
    the host clock: a candidate whose host time exceeds its event time by much more than the

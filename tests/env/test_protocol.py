@@ -61,3 +61,16 @@ def test_evaluate_executes_the_task_once(monkeypatch):
     monkeypatch.setattr(LoadedTask, "build_model", lambda self, *a, **k: builds.append(1) or real_build(self, *a, **k))
     r = evaluate(PROBE_TASK, HONEST, seed=0, config=EvalConfig(device="cpu").with_overrides(**FAST_OPTIONS))
     assert r.passed and len(loads) == 1 and len(builds) == 1
+
+
+def test_launch_budget_is_off_by_default_validated_and_sent_with_the_time_request():
+    import pytest
+
+    from drkernel.env.config import EvalConfig
+
+    assert EvalConfig().launch_budget_ms == 0.0  # on, side-stream work could hide beside the sleep
+    assert EvalConfig.from_env_yaml({"timing": {"launch_budget_ms": 0.5}}).launch_budget_ms == 0.5
+    with pytest.raises(ValueError, match="launch_budget_ms"):
+        EvalConfig(launch_budget_ms=-1).validate()
+    req = P.TimeRequest(pool_seeds=[1], factors=[1.0], trials=1, warmup=0, launch_budget_ms=0.5)
+    assert P.decode_request(P.encode_request(req)) == req

@@ -35,9 +35,9 @@ for stage in $STAGES; do
     spread)   $PY tests/gpu/timing_spread.py --task "${SPREAD_TASK:-tests/gpu/tasks/matmul_2k.py}" \
                 --candidate "${SPREAD_CANDIDATE:-tests/gpu/candidates/matmul_honest.py}" --repeats 10 \
                 --out "$OUT/spread.json" 2>&1 | tee "$OUT/spread.log" || status=1 ;;
-    grader)   $PY tests/benchmarks/bench_grader.py --device cuda --repeat 10 --spread-task 18_matmul_square \
+    grader)   $PY tests/benchmarks/bench_grader.py --device cuda --warm-rounds 3 --repeat 10 --spread-task 18_matmul_square \
                 --json "$OUT/bench_grader.json" 2>&1 | tee "$OUT/bench_grader.log" || status=1 ;;
-    service)  $PY tests/gpu/service_bench.py --n 48 --latency-n 10 --out "$OUT/service_bench.json" 2>&1 \
+    service)  $PY tests/gpu/service_bench.py --n 48 --rounds 2 --latency-n 10 --out "$OUT/service_bench.json" 2>&1 \
                 | tee "$OUT/service_bench.log" || status=1 ;;
     agent)    $PY tests/gpu/agent_refine.py --device cuda --out "$OUT/agent_refine" 2>&1 \
                 | tee "$OUT/agent_refine.log" || status=1 ;;

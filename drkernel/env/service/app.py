@@ -125,6 +125,9 @@ class _Metrics:
         self.worker_start_failures = Gauge("drkernel_worker_start_failures", "Worker processes that failed "
                                            "to start (since the last grader restart)", registry=r)
         self.worker_start_failures.set_function(lambda: service.grader_stat("start_failures"))
+        self.workers_ready = Gauge("drkernel_warm_workers_ready", "Spare worker processes started and "
+                                   "waiting for a candidate", registry=r)
+        self.workers_ready.set_function(lambda: service.grader_stat("ready_total"))
 
 
 class GradingService:
