@@ -1,24 +1,7 @@
 """Policy losses for the actor update (reference §2.5): dual-clip PPO with asymmetric bounds and
 the loss aggregation modes. Pure functions of tensors; torch only."""
 
-from .policy import (
-    AGG_MODES,
-    PolicyLossConfig,
-    agg_loss,
-    approx_kl,
-    entropy_from_logits,
-    minibatch_denominators,
-    policy_loss,
-    ppo_clip_token_loss,
-)
+from . import policy
+from .policy import *  # noqa: F401,F403 - the public names are policy's own __all__
 
-__all__ = [
-    "AGG_MODES",
-    "PolicyLossConfig",
-    "agg_loss",
-    "approx_kl",
-    "entropy_from_logits",
-    "minibatch_denominators",
-    "policy_loss",
-    "ppo_clip_token_loss",
-]
+__all__ = list(policy.__all__)

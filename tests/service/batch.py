@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drkernel.env.conformance import PROBE_TASK, _KERNEL
+from drkernel.env.conformance import CRASH, MEMORY_HOG, PROBE_TASK, _KERNEL
 from drkernel.env.task import Task
 
 FIX = Path(__file__).resolve().parents[1] / "env" / "fixtures"
@@ -23,21 +23,6 @@ class ModelNew(nn.Module):
         time.sleep(600)
         return _launch(x)
 '''
-
-CRASH = _KERNEL + '''
-import os
-class ModelNew(nn.Module):
-    def forward(self, x):
-        os._exit(7)
-'''
-
-MEMORY_HOG = _KERNEL + '''
-class ModelNew(nn.Module):
-    def forward(self, x):
-        hog = [torch.ones(64 << 20) for _ in range(64)]  # 16 GiB, touched page by page
-        return _launch(x)
-'''
-
 
 def _fixture(task: str, candidate: str) -> tuple[Task, str]:
     return Task.from_file(FIX / "tasks" / task), (FIX / "candidates" / candidate).read_text()
