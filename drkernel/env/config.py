@@ -50,15 +50,16 @@ class EvalConfig:
     """Distinct input sets that timed calls rotate through (each call also gets its own transform)."""
     reference_backend: str = "eager"
     """``eager`` or ``torch_compile`` for the timed reference."""
-    launch_budget_ms: float = 0.0
-    """GPU time queued ahead of each timed call (after the L2 flush, a GPU sleep) so that the host's
-    launch path of either model, up to about this long, overlaps it and the events measure device
-    time. On an H100, 1 ms cut the spread of one matmul's speedup between evaluations from 5-7% to
-    1.5% (the flush alone, ~0.085 ms, hides less than a two-kernel Python launch path, and the
-    counted remainder is host jitter; tests/gpu/placement_probe.py). **Off by default, never for
-    rewards:** while the sleep runs, work a candidate puts on another stream runs beside it unseen
-    (the host clock cannot tell it from the sleep), so a kernel shorter than the budget could hide
-    all its work. For timing trusted kernels (your own) only."""
+    launch_budget_ms: float = 1.0
+    """How long the GPU is held after the L2 flush of each timed call, every SM full
+    (:mod:`drkernel.env.budget`), so that the host's launch path of either model, up to about this
+    long, is queued before the start event and the events measure device time. On an H100 a 1 ms
+    hold cut the spread of one matmul's speedup between evaluations from 5-7% to 1.5% (the flush
+    alone, ~0.085 ms, hides less than a two-kernel Python launch path; tests/gpu/placement_probe.py).
+    The hold leaves no SM free, so work on another stream cannot run beside it unseen; a worker
+    whose start-up probe finds otherwise times without it and says so in
+    ``details["timing"]["launch_budget"]``. 0 turns it off (at the defaults, 110 timed calls, it
+    costs about 0.11 s of exclusive GPU time per evaluation)."""
     time_hacked: bool = False
     """Also time (and spot-check) candidates the static checks already flagged: for auditing the
     runtime detectors; a flagged candidate's verdict does not change."""

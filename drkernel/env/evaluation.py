@@ -484,7 +484,7 @@ class Evaluation:
             "candidate_ms": t.candidate, "reference_ms": t.reference, "candidate_event_ms": t.candidate_event,
             "candidate_host_ms": t.candidate_host, "host_gap_ms": gaps, "launch_ms": t.launch_ms,
             "trials": cfg.timing_trials, "warmup": cfg.warmup, "reference_backend": cfg.reference_backend,
-            "launch_budget_ms": cfg.launch_budget_ms,
+            "launch_budget": t.launch_budget,
             "samples": t.samples, "persisting_l2_reset": t.persisting_l2_reset,
         }
         if r.speedup is not None and r.speedup > 10.0:

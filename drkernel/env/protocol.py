@@ -29,7 +29,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 
 
 class ProtocolError(ValueError):
@@ -71,7 +71,7 @@ class TimeRequest:
     trials: int
     warmup: int
     spot: list[int] = field(default_factory=list)
-    launch_budget_ms: float = 0.0
+    launch_budget_ms: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -169,6 +169,8 @@ class TimeReply:
     total_s: float = 0.0
     samples: dict[str, list[float]] = field(default_factory=dict)
     persisting_l2_reset: bool | None = None
+    launch_budget: dict[str, Any] | None = None
+    """On CUDA: the hold used (``ms``, ``verified``, ``blocks``, ``reason`` when off); see budget.py."""
 
 
 @dataclass

@@ -11,13 +11,14 @@ alternates every trial), after warm-up. Per timed call:
    cache is flushed by writing a buffer of ``max(2 x L2, 256 MiB)``. The flush is left *in the
    queue* when the call starts (KernelBench's and ``triton.testing.do_bench``'s order): it keeps
    the GPU busy (about 85 us on an H100) while the host runs the call's Python and launch path, so
-   the events measure device time rather than the launcher's overhead. Host work beyond the flush
-   still counts, with its jitter: a candidate whose launch path outlasts the flush (two Triton
-   launches: 0.12-0.22 ms) sees its speedup vary by ~5% between evaluations. ``launch_budget_ms``
-   (off by default) queues a GPU sleep behind the flush to hide that too (1.5% on the same
-   kernel), at a price that rules it out for rewards: work on a side stream runs beside the sleep
-   unseen. Without the queued flush, a Triton kernel called from Python (30-50 us per launch)
-   could never match an eager op of the same device time (tests/gpu/solution_speed.py);
+   the events measure device time rather than the launcher's overhead. A launch path that outlasts
+   the flush (two Triton launches: 0.12-0.22 ms) would put the launcher's jitter into the timing
+   (~5% between evaluations of one kernel), so the flush is followed by the *launch budget*
+   (``launch_budget_ms``, 1 ms by default): a hold kernel that fills every SM
+   (:mod:`drkernel.env.budget`, verified at worker start-up), so the call's launches are queued
+   before the start event fires and no kernel on another stream can run beside the hold. Without
+   the queued flush and hold, a Triton kernel called from Python (30-50 us per launch) could never
+   match an eager op of the same device time (tests/gpu/solution_speed.py);
 3. the call is bracketed by CUDA events on the current stream *and* by a host clock around a
    device-wide synchronisation. Work hidden on side streams or threads escapes the events but not
    the host clock: a candidate whose host time exceeds its event time by much more than the
@@ -83,19 +84,6 @@ def persisting_l2_resetter():
     return None
 
 
-def sleep_cycles_per_ms(torch: Any, device: str) -> float:
-    """Clock cycles of ``torch.cuda._sleep`` per millisecond on ``device``, measured with events."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(1000)  # the sleep kernel loaded before it is measured
-    cycles = 200_000
-    start.record()
-    torch.cuda._sleep(cycles)
-    end.record()
-    end.synchronize()
-    ms = start.elapsed_time(end)
-    return cycles / ms if ms > 0 else 1.0e6
-
-
 def _pct(xs: list[float], q: float) -> float:
     s = sorted(xs)
     if not s:
@@ -130,9 +118,11 @@ def time_interleaved(h: Any, req: Any) -> Any:
         end_ev = torch.cuda.Event(enable_timing=True)
         torch.empty(1, device=h.device)  # make sure the runtime is initialised before resolving it
         reset_l2 = persisting_l2_resetter()
-        budget_cycles = int(sleep_cycles_per_ms(torch, h.device) * max(0.0, float(req.launch_budget_ms)))
     else:
-        reset_l2, budget_cycles = None, 0
+        reset_l2 = None
+    budget_ms = max(0.0, float(req.launch_budget_ms))
+    budget = getattr(h, "budget", None) if cuda else None
+    hold = budget.hold if budget is not None and budget.verified and budget_ms > 0 else None
     l2_resets_ok = []
 
     from drkernel.env.task import scale_floats
@@ -147,8 +137,8 @@ def time_interleaved(h: Any, req: Any) -> Any:
         h.sync()
         if flush is not None:
             flush.zero_()  # queued ahead of the start event: the GPU is busy while the host launches
-            if budget_cycles > 0:
-                torch.cuda._sleep(budget_cycles)
+            if hold is not None:
+                hold(budget_ms)  # every SM held while the host launches the call
         try:
             with grad_ctx():
                 t0 = _perf()
@@ -215,4 +205,12 @@ def time_interleaved(h: Any, req: Any) -> Any:
         timed_total_ms=sum(ref_host) + sum(cand_host), total_s=total_s,
         samples={"reference": ref_ms, "candidate": cand_ms},
         persisting_l2_reset=(all(l2_resets_ok) if l2_resets_ok else None),
+        launch_budget=_budget_report(h, budget, budget_ms) if cuda else None,
     )
+
+
+def _budget_report(h: Any, budget: Any, ms: float) -> dict[str, Any]:
+    if budget is None:
+        return {"requested_ms": ms, "ms": 0.0, "verified": False,
+                "reason": getattr(h, "budget_error", None) or "no launch budget in this worker"}
+    return budget.describe(ms)

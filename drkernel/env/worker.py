@@ -75,6 +75,17 @@ class Harness:
         self.loaded = None  # LoadedTask: the reference's module, inputs drawn from seeds
         self.candidate_file: str | None = None
         self.entry_point = "Model"
+        self.budget = None  # LaunchBudget on CUDA (drkernel.env.budget), built before the candidate loads
+        self.budget_error: str | None = None
+
+    def build_budget(self) -> None:
+        """Compile and verify the timing's launch budget (CUDA only); a failure turns it off, with the reason."""
+        try:
+            from drkernel.env.budget import LaunchBudget
+
+            self.budget = LaunchBudget.build(self.torch, "cuda")
+        except Exception as exc:  # noqa: BLE001 - timing then runs without the hold and says why
+            self.budget, self.budget_error = None, f"launch budget unavailable: {type(exc).__name__}: {exc}"[:300]
 
     # -- tamper detection -------------------------------------------------------------------------
     def _identities(self) -> dict[str, Any]:
@@ -94,10 +105,14 @@ class Harness:
             "torch.cuda.synchronize": torch.cuda.synchronize, "torch.cuda.Event": torch.cuda.Event,
             "torch.cuda.Event.record": torch.cuda.Event.record,
             "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
-            "torch.cuda.current_stream": torch.cuda.current_stream, "torch.cuda._sleep": torch.cuda._sleep,
+            "torch.cuda.current_stream": torch.cuda.current_stream,
             "torch.profiler.profile": torch.profiler.profile, "triton.jit": triton.jit,
             "threading.active_count": threading.active_count, "json.dumps": json.dumps,
         }
+        budget = sys.modules.get("drkernel.env.budget")
+        if budget is not None:
+            names["drkernel.env.budget._launch"] = budget._launch
+            names["drkernel.env.budget.LaunchBudget.hold"] = budget.LaunchBudget.hold
         return names
 
     def tampered(self) -> list[str]:
@@ -292,6 +307,7 @@ def main(argv: list[str]) -> int:
         if device.startswith("cuda"):  # the CUDA context: part of the warm start
             harness.torch.cuda.init()
             harness.torch.empty(1, device="cuda")
+            harness.build_budget()
         from torch.profiler import ProfilerActivity, profile
 
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])

@@ -63,14 +63,53 @@ def test_evaluate_executes_the_task_once(monkeypatch):
     assert r.passed and len(loads) == 1 and len(builds) == 1
 
 
-def test_launch_budget_is_off_by_default_validated_and_sent_with_the_time_request():
+def test_launch_budget_is_on_by_default_validated_and_sent_with_the_time_request():
     import pytest
 
     from drkernel.env.config import EvalConfig
 
-    assert EvalConfig().launch_budget_ms == 0.0  # on, side-stream work could hide beside the sleep
+    assert EvalConfig().launch_budget_ms == 1.0 and P.TimeRequest([1], [1.0], 1, 0).launch_budget_ms == 1.0
     assert EvalConfig.from_env_yaml({"timing": {"launch_budget_ms": 0.5}}).launch_budget_ms == 0.5
     with pytest.raises(ValueError, match="launch_budget_ms"):
         EvalConfig(launch_budget_ms=-1).validate()
     req = P.TimeRequest(pool_seeds=[1], factors=[1.0], trials=1, warmup=0, launch_budget_ms=0.5)
     assert P.decode_request(P.encode_request(req)) == req
+
+
+def test_the_hold_is_sized_to_take_every_thread_slot_and_refuses_a_shape_that_cannot_fit():
+    """The launch budget's hold must leave no SM room for another stream's kernel (budget.py)."""
+    from types import SimpleNamespace
+
+    from drkernel.env.budget import THREADS_PER_BLOCK, blocks_to_fill, fit_problem
+
+    h100 = SimpleNamespace(multi_processor_count=132, max_threads_per_multi_processor=2048,
+                           regs_per_multiprocessor=65536)
+    blocks, per_sm = blocks_to_fill(h100)
+    assert per_sm * THREADS_PER_BLOCK == 2048 and blocks == 132 * per_sm
+    assert fit_problem(h100, per_sm, 32) is None  # 2048 threads x 32 registers = the whole file
+    assert "registers" in fit_problem(h100, per_sm, 40)  # then fewer blocks fit: an SM would have room
+    assert "32 resident blocks" in fit_problem(h100, 64, 8)
+
+
+def test_the_hold_kernel_compiles_for_a_hopper_gpu_without_one():
+    """The hold only runs on CUDA; its Triton source is compiled here (to PTX for sm_90, no GPU needed)
+    so a kernel that does not parse never reaches a GPU machine."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import triton\n"
+        "from triton.backends.compiler import GPUTarget\n"
+        "from triton.compiler import ASTSource\n"
+        "from drkernel.env import budget as b\n"
+        "src = ASTSource(fn=b._hold_kernel, signature={'start_ptr': '*i64', 'ns': 'i64'}, constexprs={})\n"
+        "k = triton.compile(src, target=GPUTarget('cuda', 90, 32), options={'num_warps': b.THREADS_PER_BLOCK // 32})\n"
+        "print(k.asm['ptx'])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    ptx = out.stdout
+    assert "%globaltimer" in ptx and "atom.global" in ptx and "cas.b64" in ptx
+    assert ".reqntid 1024" in ptx  # one block = 1024 threads: two fill an SM's thread slots

@@ -28,6 +28,8 @@ def test_honest_matmul_passes_with_timing_and_coverage():
     assert r.kernel_ms > 0 and r.reference_ms > 0 and r.speedup > 0
     assert r.coverage is not None and r.coverage > 0.9, r.details.get("profile")
     assert r.details["timing"]["persisting_l2_reset"] is True
+    budget = r.details["timing"]["launch_budget"]
+    assert budget["verified"] and budget["ms"] == 1.0, budget
     assert "matmul_kernel" in r.details["profile"]["kernels"]
 
 
@@ -35,13 +37,50 @@ def test_honest_relu_coverage_counts_only_own_kernels():
     r = run("relu_big.py", "relu_honest.py")
     assert r.passed, r.feedback
     assert r.coverage > 0.9
-    print(f"relu: {r.kernel_ms:.4f} ms vs {r.reference_ms:.4f} ms, speedup {r.speedup:.2f}, coverage {r.coverage:.3f}")
+    t = r.details["timing"]
+    print(f"relu: {r.kernel_ms:.4f} ms vs {r.reference_ms:.4f} ms, speedup {r.speedup:.2f}, coverage {r.coverage:.3f}, "
+          f"event {t['candidate_event_ms']['median']:.4f} ms, host gaps {t['host_gap_ms']}, launch {t['launch_ms']}, "
+          f"budget {t['launch_budget']}")
 
 
 def test_side_stream_is_caught_at_runtime_and_statically():
     r = run("matmul_2k.py", "matmul_side_stream.py", time_hacked=True)
     assert r.hacked and "cuda_stream" in r.hack_reasons
     assert "side_stream" in r.hack_reasons, r.details.get("timing")
+
+
+def test_the_launch_budget_hold_leaves_no_room_for_another_stream():
+    """A kernel put on a side stream while the hold runs finishes after the hold, not beside it."""
+    from drkernel.env.budget import LaunchBudget
+
+    budget = LaunchBudget.build(torch, "cuda")
+    assert budget.verified, budget
+    x = torch.randn(4096, 4096, device="cuda")
+    side = torch.cuda.Stream()
+    hold_end, side_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    gaps = []
+    for _ in range(5):
+        torch.cuda.synchronize()
+        budget.hold(1.0)
+        hold_end.record()
+        with torch.cuda.stream(side):
+            torch.relu(x)  # ~50 us of work: it would fit twenty times beside a one-thread sleep
+            side_end.record(side)
+        torch.cuda.synchronize()
+        gaps.append(hold_end.elapsed_time(side_end))
+    print(f"side-stream ReLU ends {min(gaps):.3f}-{max(gaps):.3f} ms after the hold; {budget.describe(1.0)}")
+    assert min(gaps) > 0.0
+
+
+def test_side_stream_work_cannot_hide_beside_the_launch_budget():
+    honest = run("relu_big.py", "relu_honest.py")
+    hack = run("relu_big.py", "relu_side_stream_early.py", time_hacked=True)
+    assert "cuda_stream" in hack.hack_reasons  # statically
+    assert hack.details["timing"]["launch_budget"]["verified"]
+    print(f"relu honest {honest.kernel_ms:.4f} ms, side stream {hack.kernel_ms:.4f} ms "
+          f"(event {hack.details['timing']['candidate_event_ms']['median']:.4f} ms), {hack.hack_reasons}")
+    # the hidden work is either flagged or counted in the reported time (host clock)
+    assert "side_stream" in hack.hack_reasons or hack.kernel_ms >= 0.5 * honest.kernel_ms
 
 
 def test_tf32_matmul_fails_fp32_tolerance():

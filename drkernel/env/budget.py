@@ -1,0 +1,153 @@
+"""The launch budget: the GPU held, every SM full, while the host launches a timed call.
+
+Why: the timed region starts with a CUDA event queued behind the L2 flush. If the host's launch path
+(Python, argument checks, Triton's launcher: 0.12-0.22 ms for two launches) outlasts the flush
+(~85 us on an H100), the GPU idles inside the timed region and the measurement carries the
+launcher's jitter: ~5% between evaluations of one kernel. Holding the GPU a little longer, so that
+every launch of the call is queued before the start event fires, removes it (1.5% on the same
+kernel, issue 8's measurements).
+
+How it stays sound for rewards: a plain sleep kernel (``torch.cuda._sleep``, one thread) leaves the
+GPU free beside it, so a candidate could run its work on a side stream *during* the sleep and finish
+before the start event, unseen by both clocks. The hold here is a spin kernel launched with enough
+blocks to fill every thread slot of every SM (``multi_processor_count x max_threads_per_SM /
+threads_per_block`` resident blocks of a kernel that uses few registers and no shared memory), so
+no other kernel can be scheduled until it ends; side-stream kernels start no earlier than the start
+event and the host clock around the device-wide synchronisation sees them (the ``side_stream``
+check in :mod:`drkernel.env.timing`). Whether the hold really fills the GPU is not assumed: at
+start-up :meth:`LaunchBudget.build` launches a probe kernel on a second stream right behind a hold
+and keeps the budget only if the probe finished after the hold (``verified``); otherwise the budget
+is off for that process and the reply says why.
+
+What it cannot stop: copy-engine work (``cudaMemcpyAsync`` on a side stream) needs no SM and can run
+beside the hold. Computing with it needs the CPU to read device data on a side stream, which the
+static gate rejects (stream creation and switching, ctypes); the gain is bounded by the budget.
+
+Spin (every block ends at the same moment, however late it was dispatched)::
+
+    start = the first block's %globaltimer     (published through one int64, zeroed before each hold)
+    while %globaltimer - start < budget_ns: pass
+
+Importing this module imports Triton; the worker imports it on CUDA only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import triton
+import triton.language as tl
+
+THREADS_PER_BLOCK = 1024
+"""Threads of one hold block (32 warps): two fill an SM's 2048 thread slots, and few blocks are
+dispatched quickly (2,112 blocks of 128 threads took ~40 us to dispatch on an H100, long enough
+for the first ones to finish early and let another stream in)."""
+PROBE_MS = 0.3
+"""The hold used by the start-up probe."""
+
+
+@triton.jit
+def _now():
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def _hold_kernel(start_ptr, ns):
+    now = _now()
+    first = tl.atomic_cas(start_ptr, tl.cast(0, tl.int64), now)  # the first block to arrive publishes its start
+    start = tl.where(first == 0, now, first)
+    while now - start < ns:
+        now = _now()
+
+
+@dataclass
+class LaunchBudget:
+    """A verified hold for one device (built once per worker process, before the candidate loads)."""
+
+    blocks: int
+    verified: bool
+    start: Any = None
+    """The int64 device word the blocks share their start through."""
+    reason: str | None = None
+    probe_gap_ms: float | None = None
+    """Probe's end minus the hold's end at start-up (>= 0: the probe waited for the hold)."""
+    regs_per_thread: int | None = None
+
+    def hold(self, ms: float) -> None:
+        """Queue a hold of ``ms`` milliseconds on the current stream (nothing when not verified)."""
+        if self.verified and ms > 0:
+            _launch(self.start, self.blocks, ms)
+
+    def describe(self, requested_ms: float) -> dict[str, Any]:
+        return {"requested_ms": requested_ms, "ms": requested_ms if self.verified else 0.0,
+                "verified": self.verified, "blocks": self.blocks, "probe_gap_ms": self.probe_gap_ms,
+                "regs_per_thread": self.regs_per_thread, "reason": self.reason}
+
+    @classmethod
+    def build(cls, torch: Any, device: str) -> "LaunchBudget":
+        """Compile the hold, size it to fill ``device`` and verify that it blocks other streams."""
+        props = torch.cuda.get_device_properties(device)
+        blocks, per_sm = blocks_to_fill(props)
+        start = torch.zeros(1, dtype=torch.int64, device=device)
+        regs = _n_regs(_launch(start, blocks, 0.001))
+        problem = fit_problem(props, per_sm, regs)
+        if problem:
+            return cls(blocks, False, start, problem, regs_per_thread=regs)
+        gap = _probe(torch, start, blocks)
+        if gap < -0.01:
+            return cls(blocks, False, start, f"a kernel on another stream finished {-gap:.3f} ms before the hold "
+                       "ended: the hold does not fill the GPU", probe_gap_ms=gap, regs_per_thread=regs)
+        return cls(blocks, True, start, None, probe_gap_ms=gap, regs_per_thread=regs)
+
+
+def blocks_to_fill(props: Any) -> tuple[int, int]:
+    """(grid size, blocks per SM) that take every thread slot of every SM of a device."""
+    per_sm = int(getattr(props, "max_threads_per_multi_processor", 0) or 2048) // THREADS_PER_BLOCK
+    return int(props.multi_processor_count) * per_sm, per_sm
+
+
+def fit_problem(props: Any, per_sm: int, regs_per_thread: int | None) -> str | None:
+    """Why ``per_sm`` hold blocks cannot all be resident on one SM at once (None: they can)."""
+    if per_sm > 32:  # resident blocks per SM on every NVIDIA GPU since Maxwell
+        return f"{per_sm} blocks an SM exceed the 32 resident blocks an SM can hold"
+    limit = int(getattr(props, "regs_per_multiprocessor", 0) or 65536)
+    if regs_per_thread is not None and regs_per_thread * THREADS_PER_BLOCK * per_sm > limit:
+        return (f"the hold uses {regs_per_thread} registers a thread: {per_sm} blocks of {THREADS_PER_BLOCK} "
+                f"threads need {regs_per_thread * THREADS_PER_BLOCK * per_sm}, an SM has {limit}")
+    return None
+
+
+def _launch(start: Any, blocks: int, ms: float) -> Any:
+    start.zero_()
+    return _hold_kernel[(blocks,)](start, int(ms * 1e6), num_warps=THREADS_PER_BLOCK // 32)
+
+
+def _n_regs(compiled: Any) -> int | None:
+    try:
+        compiled._init_handles()  # n_regs is filled in when the binary is loaded
+    except Exception:  # noqa: BLE001 - an older/newer Triton: then only the probe decides
+        pass
+    n = getattr(compiled, "n_regs", None)
+    return int(n) if isinstance(n, int) and n > 0 else None
+
+
+def _probe(torch: Any, start: Any, blocks: int) -> float:
+    """Hold for ``PROBE_MS`` on the current stream, then a tiny kernel on a second stream; returns
+    the probe's end minus the hold's end in ms (negative: it ran beside the hold)."""
+    side = torch.cuda.Stream()
+    x = torch.zeros(1024, device="cuda")
+    hold_end = torch.cuda.Event(enable_timing=True)
+    probe_end = torch.cuda.Event(enable_timing=True)
+    gaps = []
+    for _ in range(3):
+        torch.cuda.synchronize()
+        _launch(start, blocks, PROBE_MS)
+        hold_end.record()
+        with torch.cuda.stream(side):
+            x.add_(1.0)
+            probe_end.record(side)
+        torch.cuda.synchronize()
+        gaps.append(hold_end.elapsed_time(probe_end))
+    return min(gaps)
