@@ -14,10 +14,11 @@ blocks to fill every thread slot of every SM (``multi_processor_count x max_thre
 threads_per_block`` resident blocks of a kernel that uses few registers and no shared memory), so
 no other kernel can be scheduled until it ends; side-stream kernels start no earlier than the start
 event and the host clock around the device-wide synchronisation sees them (the ``side_stream``
-check in :mod:`drkernel.env.timing`). Whether the hold really fills the GPU is not assumed: at
-start-up :meth:`LaunchBudget.build` launches a probe kernel on a second stream right behind a hold
-and keeps the budget only if the probe finished after the hold (``verified``); otherwise the budget
-is off for that process and the reply says why.
+check in :mod:`drkernel.env.timing`). Whether the hold really fills the GPU is not assumed: the
+worker compiles it at start-up (:meth:`LaunchBudget.prepare`), and its first timing request, inside
+the grader's exclusive GPU section, launches a probe kernel on a second stream right behind a hold
+and keeps the budget only if the probe finished after the hold (:meth:`LaunchBudget.verify`);
+otherwise that process times without it and the reply says why.
 
 What it cannot stop: copy-engine work (``cudaMemcpyAsync`` on a side stream) needs no SM and can run
 beside the hold. Computing with it needs the CPU to read device data on a side stream, which the
@@ -64,42 +65,60 @@ def _hold_kernel(start_ptr, ns):
 
 @dataclass
 class LaunchBudget:
-    """A verified hold for one device (built once per worker process, before the candidate loads)."""
+    """The hold for one device: prepared once per worker process before the candidate loads,
+    verified on first use (inside the grader's exclusive GPU section)."""
 
     blocks: int
-    verified: bool
+    verified: bool | None
+    """None until :meth:`verify` ran; False (with ``reason``) when the hold cannot fill the GPU."""
     start: Any = None
     """The int64 device word the blocks share their start through."""
     reason: str | None = None
     probe_gap_ms: float | None = None
-    """Probe's end minus the hold's end at start-up (>= 0: the probe waited for the hold)."""
+    """Probe's end minus the hold's end (>= 0: the probe waited for the hold)."""
     regs_per_thread: int | None = None
 
     def hold(self, ms: float) -> None:
-        """Queue a hold of ``ms`` milliseconds on the current stream (nothing when not verified)."""
+        """Queue a hold of ``ms`` milliseconds on the current stream (nothing unless verified)."""
         if self.verified and ms > 0:
             _launch(self.start, self.blocks, ms)
 
     def describe(self, requested_ms: float) -> dict[str, Any]:
         return {"requested_ms": requested_ms, "ms": requested_ms if self.verified else 0.0,
-                "verified": self.verified, "blocks": self.blocks, "probe_gap_ms": self.probe_gap_ms,
+                "verified": bool(self.verified), "blocks": self.blocks, "probe_gap_ms": self.probe_gap_ms,
                 "regs_per_thread": self.regs_per_thread, "reason": self.reason}
 
     @classmethod
-    def build(cls, torch: Any, device: str) -> "LaunchBudget":
-        """Compile the hold, size it to fill ``device`` and verify that it blocks other streams."""
+    def prepare(cls, torch: Any, device: str) -> "LaunchBudget":
+        """Compile the hold and size it to fill ``device`` (GPU work: one launch of a few microseconds).
+
+        The probe is left to :meth:`verify`: it holds the whole GPU for about 1 ms, which a spare
+        starting beside another evaluation's timing must not do."""
         props = torch.cuda.get_device_properties(device)
         blocks, per_sm = blocks_to_fill(props)
         start = torch.zeros(1, dtype=torch.int64, device=device)
         regs = _n_regs(_launch(start, blocks, 0.001))
         problem = fit_problem(props, per_sm, regs)
-        if problem:
-            return cls(blocks, False, start, problem, regs_per_thread=regs)
-        gap = _probe(torch, start, blocks)
-        if gap < -0.01:
-            return cls(blocks, False, start, f"a kernel on another stream finished {-gap:.3f} ms before the hold "
-                       "ended: the hold does not fill the GPU", probe_gap_ms=gap, regs_per_thread=regs)
-        return cls(blocks, True, start, None, probe_gap_ms=gap, regs_per_thread=regs)
+        return cls(blocks, False if problem else None, start, problem, regs_per_thread=regs)
+
+    def verify(self, torch: Any) -> bool:
+        """Probe once (later calls return the first answer): a one-block kernel on a second stream,
+        launched right behind a hold, must finish after it."""
+        if self.verified is None:
+            gap = _probe(torch, self.start, self.blocks)
+            self.probe_gap_ms = gap
+            self.verified = gap >= -0.01
+            if not self.verified:
+                self.reason = (f"a kernel on another stream finished {-gap:.3f} ms before the hold ended: "
+                               "the hold does not fill the GPU")
+        return bool(self.verified)
+
+    @classmethod
+    def build(cls, torch: Any, device: str) -> "LaunchBudget":
+        """:meth:`prepare` then :meth:`verify`."""
+        budget = cls.prepare(torch, device)
+        budget.verify(torch)
+        return budget
 
 
 def blocks_to_fill(props: Any) -> tuple[int, int]:

@@ -75,15 +75,16 @@ class Harness:
         self.loaded = None  # LoadedTask: the reference's module, inputs drawn from seeds
         self.candidate_file: str | None = None
         self.entry_point = "Model"
-        self.budget = None  # LaunchBudget on CUDA (drkernel.env.budget), built before the candidate loads
+        self.budget = None  # LaunchBudget on CUDA (drkernel.env.budget), compiled before the candidate loads
         self.budget_error: str | None = None
 
     def build_budget(self) -> None:
-        """Compile and verify the timing's launch budget (CUDA only); a failure turns it off, with the reason."""
+        """Compile the timing's launch budget (CUDA only; verified on first use); a failure turns it off,
+        with the reason."""
         try:
             from drkernel.env.budget import LaunchBudget
 
-            self.budget = LaunchBudget.build(self.torch, "cuda")
+            self.budget = LaunchBudget.prepare(self.torch, "cuda")
         except Exception as exc:  # noqa: BLE001 - timing then runs without the hold and says why
             self.budget, self.budget_error = None, f"launch budget unavailable: {type(exc).__name__}: {exc}"[:300]
 
@@ -113,6 +114,8 @@ class Harness:
         if budget is not None:
             names["drkernel.env.budget._launch"] = budget._launch
             names["drkernel.env.budget.LaunchBudget.hold"] = budget.LaunchBudget.hold
+            names["drkernel.env.budget.LaunchBudget.verify"] = budget.LaunchBudget.verify
+            names["drkernel.env.budget._probe"] = budget._probe
         return names
 
     def tampered(self) -> list[str]:

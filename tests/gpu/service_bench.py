@@ -7,7 +7,8 @@
    LocalGrader in this process and by a ``drkernel serve --device cuda --no-cache`` subprocess
    through RemoteGrader, each with its grader's own capacity and ``--concurrency`` submissions in
    flight, alternating (local, served, local, served, ... ``--rounds`` of each), each run starting
-   with every spare worker ready. Service cost = 1 - served evals/s / in-process evals/s over all
+   with every spare worker of *both* paths ready (session 5's run waited only for the path about to
+   run, so the other pool's refill ran beside it: 13.6% and 2.7% in two rounds). Service cost = 1 - served evals/s / in-process evals/s over all
    rounds (target < 5%). (One 48-evaluation burst per path, the first version of this script,
    measured 9.3% with the server's spares still starting and a burst's tail of +-5 s.)
 2. **Latency.** ``--latency-n`` evaluations one at a time on each path: p50 / p99 seconds.
@@ -200,6 +201,9 @@ def main(argv=None) -> int:
         line = next((x for x in text.splitlines() if x.startswith("drkernel_warm_workers_ready ")), "0 0")
         return float(line.split()[1]) >= local.pool.spares * len(local.devices)
 
+    def both_ready() -> bool:
+        return local_spares_ready() and served_spares_ready()
+
     def wait(ready) -> None:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and not ready():
@@ -212,9 +216,11 @@ def main(argv=None) -> int:
         runs: dict[str, list] = {"local": [], "served": []}
         for r in range(args.rounds):
             shifted = [(t, src, seed + 100_000 * r) for t, src, seed in work]
-            wait(local_spares_ready)
+            # Both pools full before either run: a pool refilling after its own run starts processes
+            # (CPU, CUDA contexts) beside the other path's run, which would be charged to that path.
+            wait(both_ready)
             runs["local"].append(asyncio.run(throughput(local, shifted, concurrency)))
-            wait(served_spares_ready)
+            wait(both_ready)
             runs["served"].append(asyncio.run(throughput(remote, shifted, concurrency)))
             print(f"round {r}: local {runs['local'][-1]['evals_per_s']:.3f}/s, "
                   f"served {runs['served'][-1]['evals_per_s']:.3f}/s", flush=True)
