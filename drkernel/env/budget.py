@@ -45,7 +45,7 @@ THREADS_PER_BLOCK = 1024
 dispatched quickly (2,112 blocks of 128 threads took ~40 us to dispatch on an H100, long enough
 for the first ones to finish early and let another stream in)."""
 PROBE_MS = 0.3
-"""The hold used by the start-up probe."""
+"""The hold used by the probe (:meth:`LaunchBudget.verify`)."""
 
 
 @triton.jit
