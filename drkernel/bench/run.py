@@ -131,8 +131,10 @@ def run_bench(suite: Suite | str | os.PathLike, *, solutions: str | os.PathLike 
         solutions: directory of candidate files named like the tasks.
         device: ``cpu`` or ``cuda`` (default: cuda if available).
         out: output directory (created); None writes nothing.
-        workers: concurrent evaluations (default: 1 with the bench's own grader, else the grader's
-            ``capacity``).
+        workers: concurrent evaluations. Default with the bench's own grader: on ``cpu`` 1 (timed
+            kernels would share the cores), on ``cuda`` the LocalGrader's capacity (6 per GPU: the
+            candidates compile and check in parallel while timing stays exclusive per GPU, so
+            concurrency does not disturb timings); with a given grader, its ``capacity``.
         seed: master seed of every evaluation (None: hidden seeds from the OS).
         tasks: task filter, see :meth:`Suite.select`.
         size: ``small`` or ``full`` (default: small on cpu, full on cuda).
@@ -202,7 +204,7 @@ def run_bench(suite: Suite | str | os.PathLike, *, solutions: str | os.PathLike 
         if own_grader:
             from drkernel.env import LocalGrader
 
-            grader = LocalGrader(config, capacity=workers or 1)
+            grader = LocalGrader(config, capacity=workers or (1 if device == "cpu" else None))
         try:
             asyncio.run(grade_jobs(grader, jobs, seed=seed, options=None if own_grader else protocol_options(config),
                                    concurrency=workers or grader.capacity, on_done=record))

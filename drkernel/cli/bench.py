@@ -21,7 +21,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="directory of candidates named like the tasks (default: the suite's solutions/)")
     p.add_argument("--device", default=None, choices=["cpu", "cuda"], help="default: cuda if available, else cpu")
     p.add_argument("--out", default=None, help="output directory (default: bench_out/<suite id>-<device>)")
-    p.add_argument("--workers", type=int, default=1, help="concurrent evaluations (the grader's capacity)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="concurrent evaluations (default: 1 on cpu; on cuda 6 per GPU, timing stays exclusive per GPU)")
     p.add_argument("--seed", type=int, default=None, help="fix every hidden seed (reproducible run)")
     p.add_argument("--tasks", default=None, help="comma-separated task-id globs or substrings, e.g. '0*,softmax'")
     p.add_argument("--size", default=None, choices=["small", "full"],
@@ -55,7 +56,7 @@ def main(args: argparse.Namespace) -> int:
     from drkernel.data._deps import MissingDependency
     from drkernel.env.suite import SuiteError, load_suite
 
-    if args.workers < 1:
+    if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
     try:
         suite = load_suite(args.suite)

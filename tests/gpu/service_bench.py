@@ -126,7 +126,7 @@ def sequential(grader, work):
         grader.grade(task, source, seed=seed)
         latencies.append(time.monotonic() - t0)
     return {"n": len(work), "p50_s": pct(latencies, 0.5), "p99_s": pct(latencies, 0.99),
-            "mean_s": statistics.mean(latencies)}
+            "mean_s": statistics.mean(latencies), "latencies_s": latencies}
 
 
 def start_server(state: Path, port: int, args) -> subprocess.Popen:
@@ -209,6 +209,10 @@ def main(argv=None) -> int:
         while time.monotonic() < deadline and not ready():
             time.sleep(0.5)
 
+    def dump() -> None:  # after every phase: a run cut off by its time limit still leaves its figures
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=2, default=str))
+
     try:
         remote = RemoteGrader(url, timeout_s=3600)
         for task, src, _ in pairs:
@@ -224,6 +228,8 @@ def main(argv=None) -> int:
             runs["served"].append(asyncio.run(throughput(remote, shifted, concurrency)))
             print(f"round {r}: local {runs['local'][-1]['evals_per_s']:.3f}/s, "
                   f"served {runs['served'][-1]['evals_per_s']:.3f}/s", flush=True)
+            report["runs"] = runs
+            dump()
         for name, rs in runs.items():
             n, wall = sum(x["n"] for x in rs), sum(x["wall_s"] for x in rs)
             report[name] = {"n": n, "wall_s": wall, "evals_per_s": n / wall, "rounds": rs,
@@ -234,6 +240,7 @@ def main(argv=None) -> int:
         local.close()
         wait(served_spares_ready)
         report["served_latency"] = sequential(remote, lat_work)
+        dump()
 
         # -- CUDA faults ------------------------------------------------------------------------
         relu_task, relu_src, _ = pairs[0]
