@@ -27,6 +27,7 @@ the runtime checks (launch records, fresh inputs, spot checks) back them up.
 from __future__ import annotations
 
 import ast
+import threading
 from dataclasses import dataclass, field
 
 _KERNEL_DECORATORS = {"jit", "autotune", "heuristics"}
@@ -384,11 +385,24 @@ def _self_state_in_forward(checker: _Checker, cls_name: str) -> list[Finding]:
     return out
 
 
+#: CPython 3.11 keeps the AST constructor's recursion depth in interpreter-wide state: two threads
+#: building ASTs at once (a garbage collection mid-parse switches threads) can raise "SystemError:
+#: AST constructor recursion depth mismatch" (python/cpython#106905). LocalGrader checks several
+#: candidates on threads, so parsing is serialised (a parse takes about a millisecond).
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_source(source: str) -> ast.Module:
+    """``ast.parse``, safe to call from several threads at once."""
+    with _PARSE_LOCK:
+        return ast.parse(source)
+
+
 def check_source(source: str, entry_point: str = "Model") -> StaticReport:
     """Run every static check on a candidate's source."""
     report = StaticReport()
     try:
-        tree = ast.parse(source)
+        tree = parse_source(source)
     except SyntaxError as exc:
         report.syntax_error = f"SyntaxError: {exc.msg} (line {exc.lineno})"
         return report

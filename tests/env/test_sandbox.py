@@ -108,3 +108,92 @@ def test_evaluate_restores_the_callers_tf32_settings():
         assert torch.backends.cuda.matmul.allow_tf32 is True
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def test_killing_its_zygote_fails_only_that_candidate():
+    """A forked candidate's parent is the zygote, not the grader: killing it (then itself) is this
+    candidate's crash; the next candidate gets a new zygote and passes."""
+    from drkernel.env.sandbox import start_method_default
+
+    if start_method_default() != "zygote":
+        pytest.skip("candidate processes are exec'd here (DRKERNEL_WORKER_START)")
+    r = grade('''
+import os, signal
+class ModelNew(nn.Module):
+    def forward(self, x):
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as fh:  # never the test runner
+            if b"drkernel.env.zygote" not in fh.read():
+                raise RuntimeError("my parent is not a zygote")
+        os.kill(os.getppid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+        return _launch(x)
+''')
+    assert r.compiled and not r.correct and r.error.stage == "correctness", r.error
+    assert "exited" in r.error.message or "connection lost" in r.error.message, r.error.message
+    assert "not a zygote" not in r.error.message
+    assert grade('''
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return _launch(x)
+''').passed
+
+
+@pytest.mark.parametrize("method", ["zygote", "exec"])
+def test_both_start_methods_give_a_ready_worker_in_its_own_group(method):
+    import os
+
+    from drkernel.env.sandbox import CandidateProcess
+
+    with CandidateProcess("cpu", start=method) as p:
+        p.wait_ready(120)
+        assert p.start_method == method and p.hello.pid == p.proc.pid == p.pgid
+        assert os.getpgid(p.proc.pid) == p.proc.pid != os.getpgid(0)
+    assert p.proc.poll() is not None  # closed: the group was killed and the exit seen
+
+
+def test_unknown_start_method_is_named(monkeypatch):
+    from drkernel.env.result import EnvironmentFailure
+    from drkernel.env.sandbox import start_method_default
+
+    monkeypatch.setenv("DRKERNEL_WORKER_START", "spawn")
+    with pytest.raises(EnvironmentFailure, match="DRKERNEL_WORKER_START must be one of"):
+        start_method_default()
+
+
+def test_one_zygote_per_device_replaced_only_when_a_start_time_variable_changes(monkeypatch):
+    """Variables such as pytest's PYTEST_CURRENT_TEST change all the time: they reach each child,
+    and must not start a zygote each (which once leaked one per evaluation). A variable read at
+    start-up (OMP_NUM_THREADS) replaces the device's zygote and stops the old one."""
+    from drkernel.env import zygote
+    from drkernel.env.sandbox import CandidateProcess
+
+    def start() -> "zygote.Zygote":
+        with CandidateProcess("cpu", start="zygote") as p:
+            p.wait_ready(120)
+            assert p.start_method == "zygote"
+        (_, z), = [v for k, v in zygote._zygotes.items() if k.startswith("cpu:")]
+        return z
+
+    monkeypatch.setenv("DRKERNEL_TEST_VOLATILE", "")  # stripped from worker envs: a no-op
+    monkeypatch.setenv("SOME_VOLATILE_VAR", "1")
+    first = start()
+    monkeypatch.setenv("SOME_VOLATILE_VAR", "2")
+    assert start() is first and first.alive
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    second = start()
+    assert second is not first and second.alive
+    first.proc.wait(timeout=10)  # the old zygote was stopped
+
+
+def test_a_forked_worker_sees_the_environment_of_its_own_request(monkeypatch):
+    body = '''
+import os
+class ModelNew(nn.Module):
+    def forward(self, x):
+        assert os.environ.get("DRK_SANDBOX_PROBE") == "%s", os.environ.get("DRK_SANDBOX_PROBE")
+        return _launch(x)
+'''
+    for value in ("a", "b"):
+        monkeypatch.setenv("DRK_SANDBOX_PROBE", value)
+        r = grade(body % value)
+        assert r.correct, r.error  # (reading the environment is flagged as a hack; it ran, and saw it)

@@ -131,3 +131,47 @@ def test_tensor_stored_on_self_in_forward_is_a_cache():
     '''
     r = check_source(src(body))
     assert [f.id for f in r.findings].count("output_cache") == 2
+
+
+def test_static_checks_are_safe_on_several_threads_at_once():
+    """LocalGrader runs the static checks of concurrent evaluations on threads. On CPython 3.11 two
+    threads building ASTs at once can raise "AST constructor recursion depth mismatch" when a
+    garbage collection switches threads mid-parse (python/cpython#106905; it failed a suite
+    solution in a full test run). Cycles with finalizers force such switches here; without the
+    parse lock this failed in every one of several runs."""
+    import gc
+    import threading
+    import time
+    from pathlib import Path
+
+    from drkernel.env.static_checks import check_source
+
+    sources = [p.read_text() for p in sorted((Path(__file__).parents[2] / "envs/fused_ops/solutions").glob("*.py"))]
+
+    class Finalized:
+        def __del__(self):
+            time.sleep(0)
+
+    errors: list[str] = []
+
+    def work():
+        for i in range(150):
+            c = Finalized()
+            c.self = c  # a cycle: freed by the collector, in the middle of another thread's parse
+            del c
+            try:
+                assert check_source(sources[i % len(sources)], "ModelNew").syntax_error is None
+            except SystemError as exc:
+                errors.append(str(exc))
+
+    threshold = gc.get_threshold()
+    gc.set_threshold(10)
+    try:
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        gc.set_threshold(*threshold)
+    assert not errors, errors[:3]

@@ -33,6 +33,27 @@ def test_honest_matmul_passes_with_timing_and_coverage():
     assert "matmul_kernel" in r.details["profile"]["kernels"]
 
 
+def test_cuda_workers_are_forked_from_a_zygote_that_never_touched_cuda():
+    """The zygote imports torch and triton without initialising CUDA (it refuses to serve if an
+    import opened a GPU device file); each forked worker makes its own CUDA context."""
+    import time
+
+    from drkernel.env.sandbox import CandidateProcess
+
+    starts = []
+    for _ in range(3):
+        t0 = time.monotonic()
+        with CandidateProcess("cuda:0", start="zygote") as p:
+            p.wait_ready(300)
+            starts.append(round(time.monotonic() - t0, 2))
+            assert p.start_method == "zygote" and p.hello.device == "cuda", p.start_method
+    print(f"zygote worker starts on CUDA: {starts} s")
+    with CandidateProcess("cuda:0", start="exec") as p:
+        t0 = time.monotonic()
+        p.wait_ready(300)
+        print(f"exec worker start on CUDA: {time.monotonic() - t0:.2f} s")
+
+
 def test_honest_relu_coverage_counts_only_own_kernels():
     r = run("relu_big.py", "relu_honest.py")
     assert r.passed, r.feedback

@@ -1,0 +1,393 @@
+"""Starting candidate processes by forking a preloaded template (a *zygote*), not by exec.
+
+A candidate process spends most of its start importing torch and triton (~3 CPU-seconds on a
+laptop-class core, before any CUDA work). Every candidate still needs a process of its own, but
+not its own imports: one zygote per device imports them once (``python -m drkernel.env.zygote
+FD``, started with exactly the environment a worker gets, so the interpreter switch and the malloc
+settings are read at its exec), then forks a child per candidate on request; the child takes the
+worker environment of its request (a zygote is replaced when a variable read at start-up,
+:data:`START_TIME_VARS`, changes).
+The child makes itself a new session (its own process group, like ``start_new_session``), points
+stdout/stderr at the grader's output pipe, enters its work directory and runs
+:func:`drkernel.env.worker.main`; what a worker does after that (the CUDA context, the launch
+budget, the hello) is unchanged. Fork costs ~0.1 s instead of ~3 s.
+
+Isolation is unchanged: one candidate per process, discarded after it; the zygote holds nothing
+but imported modules (and, on CPU, the profiler's warmed-up state; no seed, no reference, no CUDA
+context: CUDA is first touched in the child, so the fork is safe). The zygote never runs candidate
+code: it only forks.
+
+Protocol on the control socket (grader <-> zygote, one zygote per device environment):
+
+* zygote -> grader, once: ``{"ready": pid}`` or ``{"error": "..."}``;
+* grader -> zygote: ``{"workdir": path}`` with two file descriptors attached (the child's
+  protocol socket, the write end of its output pipe); zygote -> grader: ``{"pid": pid}``;
+* zygote -> grader, whenever a child ends: ``{"exit": pid, "status": code}`` (``code`` as
+  :attr:`subprocess.Popen.returncode`: negative = killed by that signal).
+
+Messages are single lines of JSON. The zygote exits when the grader's end of the socket closes. A
+candidate can kill its zygote (it is the child's parent); then :class:`ZygoteChild` still sees its
+child end (through a pidfd), with an unknown status, and the next start makes a new zygote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+#: What the zygote imports before serving: everything a worker imports before its candidate.
+PRELOAD = ("numpy", "torch", "torch.profiler", "triton", "triton.language", "drkernel.env.worker",
+           "drkernel.env.protocol", "drkernel.env.launches", "drkernel.env.tensor_io", "drkernel.env.compare",
+           "drkernel.env.profiling", "drkernel.env.task", "drkernel.env.timing", "drkernel.env.budget")
+
+#: ``returncode`` of a child whose zygote died before reporting its status.
+EXIT_UNKNOWN = -1000
+
+
+# --------------------------------------------------------------------------------------------------
+# the zygote process
+# --------------------------------------------------------------------------------------------------
+def _send(sock: socket.socket, obj: dict[str, Any]) -> None:
+    sock.sendall(json.dumps(obj).encode() + b"\n")
+
+
+def _child(proto_fd: int, out_fd: int, workdir: str, env: dict[str, str] | None, ctl: socket.socket) -> None:
+    """In the forked child: become a worker. Never returns (``os._exit``)."""
+    code = 70
+    try:
+        os.setsid()
+        if env is not None:  # the worker's environment as of this request (see spawn_worker)
+            os.environ.clear()
+            os.environ.update(env)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        ctl.close()
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.close(devnull)
+        os.close(out_fd)
+        os.chdir(workdir)
+        from drkernel.env import worker
+
+        code = worker.main([str(proto_fd), workdir])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - reported on the output pipe; the zygote must not continue here
+        import traceback
+
+        traceback.print_exc()
+        code = 71
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001
+            pass
+        os._exit(code)
+
+
+def _status(raw: int) -> int:
+    if os.WIFSIGNALED(raw):
+        return -os.WTERMSIG(raw)
+    return os.WEXITSTATUS(raw) if os.WIFEXITED(raw) else EXIT_UNKNOWN
+
+
+def _gpu_device_files() -> list[str]:
+    """GPU device files this process has open (``/dev/nvidia*``: the CUDA driver was initialised)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(("/dev/nvidia", "/dev/dri", "/dev/kfd")):
+            found.append(target)
+    return found
+
+
+def serve(fd: int) -> int:
+    """The zygote's loop: preload, then fork on request and report children's ends."""
+    import resource
+
+    ctl = socket.socket(fileno=fd)
+    try:
+        import importlib
+
+        for name in PRELOAD:
+            importlib.import_module(name)
+        if os.environ.get("DRKERNEL_WORKER_DEVICE") == "cpu":
+            # the profiler's one-time start-up (~2 s), which every worker pays at its hello: on CPU
+            # it is done once here (its idle thread does not survive the fork; the children's
+            # profiles work and start in milliseconds). On CUDA it stays in the child with CUPTI,
+            # after the CUDA context: nothing CUDA may be touched before the fork.
+            import torch
+            from torch.profiler import ProfilerActivity, profile
+
+            with profile(activities=[ProfilerActivity.CPU]):
+                torch.empty(1)
+        touched = _gpu_device_files()
+        if touched:  # CUDA was initialised by an import: a forked child could not use it
+            raise RuntimeError(f"the preload opened {touched[0]}: CUDA cannot be used after a fork")
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except BaseException as exc:  # noqa: BLE001 - reported to the grader, which falls back to exec
+        _send(ctl, {"error": f"{type(exc).__name__}: {exc}"})
+        return 3
+    _send(ctl, {"ready": os.getpid()})
+    children: set[int] = set()
+    while True:
+        readable, _, _ = select.select([ctl], [], [], 0.05)
+        if readable:
+            try:
+                msg, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 2)
+            except OSError:
+                return 0
+            if not msg:
+                return 0  # the grader is gone; running children notice through their own sockets
+            req = json.loads(msg)
+            if len(fds) != 2:
+                for f in fds:
+                    os.close(f)
+                _send(ctl, {"pid": None, "error": f"expected 2 file descriptors, got {len(fds)}"})
+                continue
+            proto_fd, out_fd = fds
+            pid = os.fork()
+            if pid == 0:
+                _child(proto_fd, out_fd, req["workdir"], req.get("env"), ctl)
+            os.close(proto_fd)
+            os.close(out_fd)
+            children.add(pid)
+            _send(ctl, {"pid": pid})
+        while children:
+            try:
+                pid, raw = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                children.clear()
+                break
+            if pid == 0:
+                break
+            children.discard(pid)
+            _send(ctl, {"exit": pid, "status": _status(raw)})
+
+
+# --------------------------------------------------------------------------------------------------
+# the grader's side
+# --------------------------------------------------------------------------------------------------
+class ZygoteChild:
+    """A forked worker, seen like a :class:`subprocess.Popen` (``pid``, ``stdout``, ``poll``,
+    ``wait``, ``returncode``). Its exit status comes from the zygote; if the zygote dies first, the
+    child's end is still seen through a pidfd and ``returncode`` is :data:`EXIT_UNKNOWN`."""
+
+    def __init__(self, pid: int, stdout: Any, zygote: "Zygote"):
+        self.pid = pid
+        self.stdout = stdout
+        self.returncode: int | None = None
+        self._zygote = zygote
+        self._ended = threading.Event()
+        try:
+            self._pidfd: int | None = os.pidfd_open(pid)
+        except (OSError, AttributeError):
+            self._pidfd = None
+
+    def _set(self, code: int) -> None:
+        if self.returncode is None:
+            self.returncode = code
+        self._ended.set()
+        if self._pidfd is not None:
+            try:
+                os.close(self._pidfd)
+            except OSError:
+                pass
+            self._pidfd = None
+
+    def _gone_unreported(self) -> bool:
+        """The zygote is dead and the child has ended (so no status will ever come)."""
+        if self._zygote.alive:
+            return False
+        fd = self._pidfd
+        if fd is None:
+            return not os.path.exists(f"/proc/{self.pid}")
+        try:
+            return bool(select.select([fd], [], [], 0)[0])
+        except (OSError, ValueError):
+            return True
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self._gone_unreported():
+            self._set(EXIT_UNKNOWN)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._ended.wait(0.05):
+            if self.poll() is not None:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"zygote child {self.pid}", timeout)
+        return self.returncode  # type: ignore[return-value]
+
+
+class Zygote:
+    """One zygote process for one worker environment. Thread-safe; :meth:`spawn` forks a worker."""
+
+    def __init__(self, env: dict[str, str], start_timeout_s: float = 300.0):
+        parent, child = socket.socketpair()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "drkernel.env.zygote", str(child.fileno())],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=[child.fileno()], start_new_session=True, env=env)
+        finally:
+            child.close()
+        self._sock = parent
+        self._lock = threading.Lock()  # one spawn request at a time (replies come in order)
+        self._replies: list[dict[str, Any]] = []
+        self._cond = threading.Condition()
+        self._children: dict[int, ZygoteChild] = {}
+        self._early_exits: dict[int, int] = {}
+        self._eof = False
+        self.pid: int | None = None
+        threading.Thread(target=self._read, daemon=True, name="drkernel-zygote").start()
+        hello = self._reply(start_timeout_s, "start-up")
+        if "ready" not in hello:
+            self.close()
+            raise RuntimeError(f"zygote failed to start: {hello.get('error', hello)}")
+        self.pid = hello["ready"]
+
+    @property
+    def alive(self) -> bool:
+        return not self._eof and self.proc.poll() is None
+
+    def _read(self) -> None:
+        buf = b""
+        while True:
+            try:
+                chunk = self._sock.recv(65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                msg = json.loads(line)
+                if "exit" in msg:
+                    with self._cond:
+                        child = self._children.pop(msg["exit"], None)
+                        if child is None:  # reported before spawn() registered it
+                            self._early_exits[msg["exit"]] = msg["status"]
+                    if child is not None:
+                        child._set(msg["status"])
+                else:
+                    with self._cond:
+                        self._replies.append(msg)
+                        self._cond.notify_all()
+        with self._cond:
+            self._eof = True
+            self._cond.notify_all()
+
+    def _reply(self, timeout_s: float, what: str) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while not self._replies:
+                left = deadline - time.monotonic()
+                if self._eof or left <= 0:
+                    raise RuntimeError(f"zygote gave no reply during {what}"
+                                       + (" (it exited)" if self._eof else f" in {timeout_s:.0f}s"))
+                self._cond.wait(min(left, 0.5))
+            return self._replies.pop(0)
+
+    def spawn(self, proto_fd: int, workdir: str, env: dict[str, str] | None = None,
+              timeout_s: float = 30.0) -> ZygoteChild:
+        """Fork a worker that speaks on ``proto_fd`` (its end of the protocol socket) in ``workdir``,
+        with ``env`` as its environment (default: the zygote's). The caller closes its copy of
+        ``proto_fd``. Raises RuntimeError when the zygote is gone."""
+        read_end, write_end = os.pipe()
+        try:
+            with self._lock:
+                if not self.alive:
+                    raise RuntimeError("zygote is not running")
+                try:
+                    socket.send_fds(self._sock, [json.dumps({"workdir": workdir, "env": env}).encode()],
+                                    [proto_fd, write_end])
+                except OSError as exc:
+                    raise RuntimeError(f"zygote unreachable: {exc}") from exc
+                reply = self._reply(timeout_s, "spawn")
+            if not reply.get("pid"):
+                raise RuntimeError(f"zygote could not fork: {reply.get('error', reply)}")
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)
+        child = ZygoteChild(reply["pid"], os.fdopen(read_end, "rb", buffering=0), self)
+        with self._cond:
+            early = self._early_exits.pop(child.pid, None)
+            if early is None:
+                self._children[child.pid] = child
+        if early is not None:
+            child._set(early)
+        return child
+
+    def close(self) -> None:
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+#: Variables read when a process starts or imports torch/triton/BLAS (the zygote's exec and
+#: preload), so a zygote serves only the values it was started with. Every other variable reaches
+#: each child as of its own request, like an exec'd worker's environment.
+START_TIME_VARS = ("PYTHON", "LD_", "MALLOC_", "GLIBC_", "OMP_", "MKL_", "OPENBLAS_", "TORCH", "PYTORCH_",
+                   "TRITON_", "CUDA_", "NVIDIA_", "DRKERNEL_", "PATH")
+
+_zygotes: dict[str, tuple[tuple, Zygote]] = {}
+_zygotes_lock = threading.Lock()
+
+
+def _start_fingerprint(env: dict[str, str]) -> tuple:
+    return tuple(sorted((k, v) for k, v in env.items() if k.startswith(START_TIME_VARS)))
+
+
+def spawn_worker(env: dict[str, str], proto_fd: int, workdir: str) -> ZygoteChild:
+    """Fork a worker with environment ``env`` from this process's zygote for that device (one per
+    device: started on first use; restarted when it died or when a start-time variable changed,
+    the old one stopped). Raises RuntimeError when no zygote can serve."""
+    device = f"{env.get('DRKERNEL_WORKER_DEVICE', 'cpu')}:{env.get('CUDA_VISIBLE_DEVICES', '')}"
+    fingerprint = _start_fingerprint(env)
+    with _zygotes_lock:
+        entry = _zygotes.get(device)
+        if entry is None or entry[0] != fingerprint or not entry[1].alive:
+            if entry is not None:
+                entry[1].close()
+            _zygotes[device] = entry = (fingerprint, Zygote(env))
+        zygote = entry[1]
+    return zygote.spawn(proto_fd, workdir, env)
+
+
+def close_all() -> None:
+    """Stop every zygote of this process (they also exit on their own when it exits)."""
+    with _zygotes_lock:
+        zs = [z for _, z in _zygotes.values()]
+        _zygotes.clear()
+    for z in zs:
+        z.close()
+
+
+if __name__ == "__main__":
+    sys.exit(serve(int(sys.argv[1])))
