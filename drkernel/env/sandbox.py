@@ -94,6 +94,10 @@ class CandidateProcess:
                  workdir_root: str | None = None, start: str | None = None):
         import tempfile
 
+        if start is not None and start not in START_METHODS:
+            raise ValueError(f"start must be one of {START_METHODS}, got {start!r}")
+        self.start_method = start or start_method_default()  # before anything is created
+        env = worker_env(device)
         self.device = device
         self.workdir = Path(tempfile.mkdtemp(prefix="drkernel-", dir=workdir_root or workdir_root_default()))
         self.memory_limit = memory_limit_mb << 20
@@ -107,8 +111,6 @@ class CandidateProcess:
         self.start_s: float | None = None
         self._closed = False
         parent_sock, child_sock = socket.socketpair()
-        env = worker_env(device)
-        self.start_method = start or start_method_default()
         try:
             self.proc = None
             if self.start_method == "zygote":

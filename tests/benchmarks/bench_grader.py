@@ -9,7 +9,8 @@ timing, profiling) three ways, in one process and with the same Triton cache sta
 
 1. ``warm-up``: one pass that fills the Triton cache (not counted; correctness only, graded
    concurrently so that the kernels compile in parallel);
-2. ``fresh``: ``evaluate()`` per solution, each in a newly started process (the old path);
+2. ``fresh``: ``evaluate()`` per solution, each in a newly exec'd process (the old path: no warm
+   spares, no zygote);
 3. ``warm``: a :class:`LocalGrader` (spare processes started ahead, references cached) grading
    the same solutions ``--concurrency`` at a time, ``--warm-rounds`` times (new seeds each round:
    a longer run measures the steady state rather than one burst and its tail).
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -80,12 +82,17 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
 
     def run_fresh(arm: str) -> tuple[float, list]:
-        t0 = time.monotonic()
-        rs = []
-        for i, (tid, task, src) in enumerate(jobs):
-            rs.append(evaluate(task, src, seed=i, config=config))
-            show(arm, tid, rs[-1])
-        return time.monotonic() - t0, rs
+        # the old path: each evaluation exec's its worker (python -m drkernel.env.worker), no zygote
+        os.environ["DRKERNEL_WORKER_START"] = "exec"  # nothing else runs in this process meanwhile
+        try:
+            t0 = time.monotonic()
+            rs = []
+            for i, (tid, task, src) in enumerate(jobs):
+                rs.append(evaluate(task, src, seed=i, config=config))
+                show(arm, tid, rs[-1])
+            return time.monotonic() - t0, rs
+        finally:
+            del os.environ["DRKERNEL_WORKER_START"]
 
     # 1. warm-up: Triton cache filled for both arms (kernels compile in parallel)
     if not args.skip_warmup:

@@ -197,3 +197,10 @@ class ModelNew(nn.Module):
         monkeypatch.setenv("DRK_SANDBOX_PROBE", value)
         r = grade(body % value)
         assert r.correct, r.error  # (reading the environment is flagged as a hack; it ran, and saw it)
+
+
+def test_an_unknown_start_argument_is_named():
+    from drkernel.env.sandbox import CandidateProcess
+
+    with pytest.raises(ValueError, match="start must be one of"):
+        CandidateProcess("cpu", start="spawn")
