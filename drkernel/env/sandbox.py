@@ -269,14 +269,15 @@ class CandidateProcess:
         except subprocess.TimeoutExpired:
             code = None
         self._reader.join(timeout=1.0)
-        if code is not None and code < 0 and code != EXIT_UNKNOWN:
-            try:
-                sig = signal.Signals(-code).name
-            except ValueError:
-                sig = str(-code)
-            message = f"{message} (killed by {sig})"
-        elif code is not None and code != EXIT_UNKNOWN:
-            message = f"{message} (exit code {code})"
+        if code is not None and code != EXIT_UNKNOWN:
+            if code < 0:
+                try:
+                    sig = signal.Signals(-code).name
+                except ValueError:
+                    sig = str(-code)
+                message = f"{message} (killed by {sig})"
+            else:
+                message = f"{message} (exit code {code})"
         self.failure = CandidateFailure("crash", message, self.output_tail())
         self._kill_group()
         return self.failure
@@ -335,7 +336,7 @@ class CandidateProcess:
         self.close()
 
 
-def _child_limits() -> None:  # runs in the child between fork and exec
+def _child_limits() -> None:  # runs in the child between fork and exec (a worker's, or a zygote's)
     import resource
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

@@ -20,8 +20,8 @@ code: it only forks.
 Protocol on the control socket (grader <-> zygote, one zygote per device environment):
 
 * zygote -> grader, once: ``{"ready": pid}`` or ``{"error": "..."}``;
-* grader -> zygote: ``{"workdir": path}`` with two file descriptors attached (the child's
-  protocol socket, the write end of its output pipe); zygote -> grader: ``{"pid": pid}``;
+* grader -> zygote: ``{"workdir": path, "env": {...}}`` with two file descriptors attached (the
+  child's protocol socket, the write end of its output pipe); zygote -> grader: ``{"pid": pid}``;
 * zygote -> grader, whenever a child ends: ``{"exit": pid, "status": code}`` (``code`` as
   :attr:`subprocess.Popen.returncode`: negative = killed by that signal).
 
@@ -117,8 +117,6 @@ def _gpu_device_files() -> list[str]:
 
 def serve(fd: int) -> int:
     """The zygote's loop: preload, then fork on request and report children's ends."""
-    import resource
-
     ctl = socket.socket(fileno=fd)
     try:
         import importlib
@@ -138,12 +136,10 @@ def serve(fd: int) -> int:
         touched = _gpu_device_files()
         if touched:  # CUDA was initialised by an import: a forked child could not use it
             raise RuntimeError(f"the preload opened {touched[0]}: CUDA cannot be used after a fork")
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     except BaseException as exc:  # noqa: BLE001 - reported to the grader, which falls back to exec
         _send(ctl, {"error": f"{type(exc).__name__}: {exc}"})
         return 3
     _send(ctl, {"ready": os.getpid()})
-    children: set[int] = set()
     while True:
         readable, _, _ = select.select([ctl], [], [], 0.05)
         if readable:
@@ -165,17 +161,14 @@ def serve(fd: int) -> int:
                 _child(proto_fd, out_fd, req["workdir"], req.get("env"), ctl)
             os.close(proto_fd)
             os.close(out_fd)
-            children.add(pid)
             _send(ctl, {"pid": pid})
-        while children:
+        while True:  # reap every child that has ended
             try:
                 pid, raw = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                children.clear()
+            except ChildProcessError:  # none running
                 break
             if pid == 0:
                 break
-            children.discard(pid)
             _send(ctl, {"exit": pid, "status": _status(raw)})
 
 
@@ -240,12 +233,14 @@ class Zygote:
     """One zygote process for one worker environment. Thread-safe; :meth:`spawn` forks a worker."""
 
     def __init__(self, env: dict[str, str], start_timeout_s: float = 300.0):
+        from drkernel.env.sandbox import _child_limits  # an exec'd worker's limits; children inherit them
+
         parent, child = socket.socketpair()
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "drkernel.env.zygote", str(child.fileno())],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=[child.fileno()], start_new_session=True, env=env)
+                pass_fds=[child.fileno()], start_new_session=True, env=env, preexec_fn=_child_limits)
         finally:
             child.close()
         self._sock = parent

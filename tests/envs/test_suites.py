@@ -34,15 +34,14 @@ def verdicts(request):
     import threading
 
     lock = threading.Lock()
-    graders: dict[str, LocalGrader] = {}
+    graders: dict[str, tuple] = {}  # suite name -> (Suite, LocalGrader)
 
     def grade(suite_name, task_id):
         with lock:  # a suite's grader starts when its first solution is graded
             if suite_name not in graders:
                 suite = load_suite(ENVS / suite_name)
-                graders[suite_name] = LocalGrader(suite.eval_config(device="cpu"), capacity=2, spares=1)
-            grader = graders[suite_name]
-        suite = load_suite(ENVS / suite_name)
+                graders[suite_name] = suite, LocalGrader(suite.eval_config(device="cpu"), capacity=2, spares=1)
+            suite, grader = graders[suite_name]
         st = suite.task(task_id)
         return grader.grade(st.task(suite.entry_point), st.solution.read_text(), seed=4242)
 
@@ -53,7 +52,7 @@ def verdicts(request):
         yield lambda suite_name, task_id: ahead.result((suite_name, task_id), grade, suite_name, task_id)
     finally:
         ahead.close()
-        for g in graders.values():
+        for _, g in graders.values():
             g.close()
 
 
