@@ -311,6 +311,9 @@ class Evaluation:
                 raise EvaluationCancelled(f"evaluation of {self.prepared.task.name} was cancelled") from None
             tail = f"\n{exc.output_tail.strip()[-1500:]}" if exc.output_tail.strip() else ""
             self._fail(self.stage, f"{exc.message}{tail}")
+            # What ended the candidate's process (timeout, crash, memory, flood, protocol): callers
+            # that store verdicts use it (a timeout under load is not a property of the kernel).
+            self.result.details["failure_kind"] = exc.kind
         finally:
             self._close()
         if self.cancel.cancelled:
