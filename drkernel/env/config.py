@@ -13,7 +13,8 @@ CORRECTNESS_KEYS = {"trials_per_distribution": "trials_per_distribution", "distr
                     "atol": "atol", "rtol": "rtol", "determinism_check": "determinism_check"}
 #: env.yaml ``timing:`` keys, each mapped to its EvalConfig field.
 TIMING_KEYS = {"warmup": "warmup", "trials": "timing_trials", "reference_backend": "reference_backend",
-               "spot_checks": "spot_checks", "input_pool": "input_pool", "launch_budget_ms": "launch_budget_ms"}
+               "spot_checks": "spot_checks", "spot_rate": "spot_rate", "launch_budget_ms": "launch_budget_ms",
+               "min_coverage": "min_coverage"}
 
 
 @dataclass(frozen=True)
@@ -39,32 +40,44 @@ class EvalConfig:
 
     # -- timing -----------------------------------------------------------------------------
     measure_performance: bool = True
-    """Time reference and candidate (interleaved, same process) when the candidate is correct."""
+    """Time the candidate (and the reference, in a process of its own, cached) when it is correct."""
     warmup: int = 5
     """Untimed calls of each model before timing."""
     timing_trials: int = 50
-    """Timed calls of each model; the median is reported."""
-    spot_checks: int = 3
-    """Timed candidate calls whose outputs are checked against the reference too."""
-    input_pool: int = 3
-    """Distinct input sets that timed calls rotate through (each call also gets its own transform)."""
+    """Timed calls of each model; the median is reported. Every call gets inputs drawn from its own
+    hidden seed (times a power-of-two factor, negated where the task allows) and fresh parameter
+    values, so no result can be reused from an earlier call."""
+    spot_checks: int = 8
+    """At most this many timed outputs are kept and checked against the reference."""
+    spot_rate: float = 0.15
+    """After each timed call the grader keeps its output with this probability (until
+    ``spot_checks`` are kept; the last call is kept if none was). The decision is made after the
+    call returned, so the candidate cannot know which calls are checked: skipping the work on half
+    of 50 calls is caught with probability above 98%."""
     reference_backend: str = "eager"
     """``eager`` or ``torch_compile`` for the timed reference."""
+    reference_max_age_s: float = 900.0
+    """A reference timing is measured once per (task, device, protocol) and reused for this long."""
+    min_coverage: float = 0.5
+    """A correct candidate must spend at least this share of its forward's device time in its own
+    Triton kernels (on the CPU interpreter: at least this share of the reference's torch work must
+    not be redone in torch); below it the verdict is *not correct* (``error.stage == "profiling"``).
+    Views, allocations and fills cost nothing; small torch glue passes."""
     launch_budget_ms: float = 1.0
-    """How long the GPU is held after the L2 flush of each timed call, every SM full
+    """How long the GPU is held after the L2 flush of each call, every SM full
     (:mod:`drkernel.env.budget`), so that the host's launch path of either model, up to about this
-    long, is queued before the start event and the events measure device time. On an H100 a 1 ms
-    hold cut the spread of one matmul's speedup between evaluations from 5-7% to 1.5% (the flush
-    alone, ~0.085 ms, hides less than a two-kernel Python launch path; tests/gpu/placement_probe.py).
-    The hold leaves no SM free, so work on another stream cannot run beside it unseen; a worker
-    whose start-up probe finds otherwise times without it and says so in
-    ``details["timing"]["launch_budget"]``. 0 turns it off (at the defaults, 110 timed calls, it
-    costs about 0.11 s of exclusive GPU time per evaluation)."""
+    long, is queued before the call's window opens and the window measures device time. On an H100
+    a 1 ms hold cut the spread of one matmul's speedup between evaluations from 5-7% to 1.5% (the
+    flush alone, ~0.085 ms, hides less than a two-kernel Python launch path). The hold leaves no SM
+    free, so work on another stream cannot run beside it unseen; a worker whose probe finds
+    otherwise times without it and says so in ``details["timing"]["launch_budget"]``. 0 turns it off."""
     time_hacked: bool = False
     """Also time (and spot-check) candidates the static checks already flagged: for auditing the
     runtime detectors; a flagged candidate's verdict does not change."""
     profile: bool = True
-    """Measure coverage (share of forward device time in the candidate's own Triton kernels)."""
+    """Attribute the calls' work (the device records between the fences on a GPU, the torch work
+    outside own kernels on the CPU): coverage, and with it the ``min_coverage`` verdict, own
+    launches, host transfers, side streams. Off only for quick checks where those do not matter."""
 
     # -- isolation --------------------------------------------------------------------------
     load_timeout_s: float = 120.0
@@ -112,6 +125,11 @@ class EvalConfig:
             raise ValueError(f"launch_budget_ms must be in [0, 100], got {self.launch_budget_ms}")
         if self.trials_per_distribution < 1 or self.timing_trials < 1:
             raise ValueError("trials_per_distribution and timing_trials must be >= 1")
+        if not 0.0 < self.spot_rate <= 1.0 or self.spot_checks < 1:
+            raise ValueError(f"spot_rate must be in (0, 1] and spot_checks >= 1, got {self.spot_rate}, "
+                             f"{self.spot_checks}")
+        if not 0.0 <= self.min_coverage <= 1.0:
+            raise ValueError(f"min_coverage must be in [0, 1], got {self.min_coverage}")
         return self
 
     @classmethod
@@ -135,7 +153,7 @@ class EvalConfig:
 def cpu_fast(config: EvalConfig | None = None) -> EvalConfig:
     """A lighter protocol for the CPU interpreter (tests, CI): fewer trials and timed calls."""
     base = config or EvalConfig()
-    return base.with_overrides(warmup=1, timing_trials=3, spot_checks=1, input_pool=2)
+    return base.with_overrides(warmup=1, timing_trials=3, spot_checks=1, spot_rate=0.5)
 
 
 __all__ = ["EvalConfig", "DISTRIBUTIONS", "CORRECTNESS_KEYS", "TIMING_KEYS", "cpu_fast"]

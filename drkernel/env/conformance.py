@@ -11,7 +11,8 @@ wrong and hostile candidates on a tiny probe task (257 floats, CPU interpreter o
 
 ``honest_passes``            an honest kernel passes (compiled, correct, not hacked)
 ``wrong_fails``              an off-by-a-little kernel fails with ``error.stage == "correctness"``
-``timeout_kills_children``   a hanging candidate with a grandchild: failed at its deadline, no survivor
+``timeout_kills_children``   a hanging candidate that tries to start a grandchild: failed at its
+                             deadline, no survivor (a sandbox may refuse the grandchild)
 ``output_is_capped``         a stdout flood: failed as a flood, bounded tail and message
 ``crash_does_not_poison``    ``os._exit`` in forward: failed; the next honest candidate passes
 ``memory_is_capped``         a memory hog: failed with "memory limit exceeded"
@@ -20,7 +21,8 @@ wrong and hostile candidates on a tiny probe task (257 floats, CPU interpreter o
                              and inputs of sequential ones
 ``agrade_matches_grade``     ``await agrade(...)`` gives grade's verdict
 ``cancel_kills_candidate``   cancelling an ``agrade`` task ends the candidate's process (the check reads
-                             a pid file the candidate writes under /tmp: skip it for remote graders)
+                             a pid file the candidate writes in its own work directory under this
+                             machine's work-directory root: skip it for graders on other machines)
 ``close_semantics``          ``close()`` is idempotent; ``grade`` after close raises RuntimeError
 
 Options sent are JSON-serialisable :class:`~drkernel.env.config.EvalConfig` overrides, as a remote
@@ -87,8 +89,11 @@ HANG_WITH_CHILD = _KERNEL + '''
 import subprocess, sys, time
 class ModelNew(nn.Module):
     def forward(self, x):
-        p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-        print(f"GRANDCHILD_PID={p.pid}", flush=True)
+        try:  # a sandbox that refuses processes is fine: the hang is what is checked
+            p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+            print(f"GRANDCHILD_PID={p.pid}", flush=True)
+        except Exception as exc:
+            print(f"GRANDCHILD_REFUSED={type(exc).__name__}", flush=True)
         time.sleep(600)
         return _launch(x)
 '''
@@ -131,7 +136,7 @@ import os, time
 class ModelNew(nn.Module):
     def forward(self, x):
         print(f"CANDIDATE_PID={os.getpid()}", flush=True)
-        with open(os.environ.get("DRKERNEL_CONFORMANCE_PIDFILE", "/dev/null"), "a") as fh:
+        with open("PIDFILE", "a") as fh:  # in its own work directory, the only place it may write
             fh.write(f"{os.getpid()}\\n")
         time.sleep(600)
         return _launch(x)
@@ -207,7 +212,8 @@ def check_grader(make_grader: Callable[[], Any], *, skip: tuple[str, ...] = ()) 
                 os.kill(p, signal.SIGKILL)
             except OSError:
                 pass
-        ok = (not r.correct and r.error is not None and "timed out" in r.error.message and bool(pids)
+        refused = "GRANDCHILD_REFUSED" in (r.details.get("output_tail", "") or "")
+        ok = (not r.correct and r.error is not None and "timed out" in r.error.message and (bool(pids) or refused)
               and not survivors and elapsed < 60)
         return ok, (f"error={r.error and r.error.message[:80]!r} grandchildren={pids} survivors={survivors} "
                     f"elapsed={elapsed:.1f}s")
@@ -251,27 +257,38 @@ def check_grader(make_grader: Callable[[], Any], *, skip: tuple[str, ...] = ()) 
         return same, f"agrade verdict {_verdict(r_async)} vs grade {_verdict(r_sync)}"
 
     def cancel(g):
-        pidfile = f"/tmp/drkernel-conformance-{os.getpid()}-{time.monotonic_ns()}.pids"
-        src = SLEEP_PRINT_PID.replace('"/dev/null"', repr(pidfile))
+        import glob
+        import tempfile
 
-        async def cancel_one() -> float:
+        from drkernel.env.sandbox import workdir_root_default
+
+        name = f"drkernel-conformance-{os.getpid()}-{time.monotonic_ns()}.pid"
+        src = SLEEP_PRINT_PID.replace('"PIDFILE"', repr(name))
+        root = workdir_root_default() or tempfile.gettempdir()
+
+        def pidfiles() -> list[str]:
+            return glob.glob(os.path.join(root, "drkernel-*", name))
+
+        async def cancel_one() -> tuple[float, list[int]]:
             fut = asyncio.ensure_future(g.agrade(task, src, seed=3, options=_opts(call_timeout_s=120.0)))
             t_end = time.monotonic() + 60
-            while time.monotonic() < t_end and not os.path.exists(pidfile):
+            while time.monotonic() < t_end and not pidfiles():
                 await asyncio.sleep(0.1)
+            found = []
+            for f in pidfiles():
+                try:
+                    found += [int(x) for x in open(f).read().split()]
+                except OSError:
+                    pass
             fut.cancel()
             t0 = time.monotonic()
             try:
                 await fut
             except asyncio.CancelledError:
                 pass
-            return time.monotonic() - t0
+            return time.monotonic() - t0, found
 
-        took = asyncio.run(cancel_one())
-        pids = []
-        if os.path.exists(pidfile):
-            pids = [int(x) for x in open(pidfile).read().split()]
-            os.unlink(pidfile)
+        took, pids = asyncio.run(cancel_one())
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and any(_alive(p) for p in pids):
             time.sleep(0.1)

@@ -2,36 +2,47 @@
 
 An evaluation reads top to bottom (:meth:`Evaluation.run`)::
 
-    grader process                                   candidate process (warm spare, own process group)
+    grader process                                   candidate's process (warm spare, own process group)
     --------------------------------------------     -------------------------------------------------
     static checks on the candidate's AST
     prepare: task loaded once (PreparedTask);
-      reference model + outputs of every trial
-      and spot-checked timed call, cached per seed
+      reference outputs of every correctness
+      trial, before any candidate code runs
     acquire a process  ------------------------->    (started ahead: torch, triton, CUDA context up)
-    load    ---------------------------------->      reference + candidate, same init stream
-    correctness trials: seed + distribution --->     draw inputs from the seed, pre-fill garbage,
-    compare (scale-aware tolerance)          <---    call forward, write the output, launch counts
+    load  (kernel-name suffix, reference's       ->  confine (Landlock), audit hook + guards, state
+           parameter shapes)                         fingerprint, CUDA profiler on; import the
+                                                     candidate; ModelNew under the same init seed
+    correctness trials: seed, distribution,     ->  fresh parameters from the reload seed, inputs
+      grad mode, reload seed                         drawn from the seed, garbage pre-fill, fenced
+    compare (scale-aware tolerance)             <-   call, output; audit findings
     determinism: trial 1 again, other garbage
-    launch rules
-    [GPU gate, exclusive] timing: pool seeds --->    interleaved reference/candidate timing
-                     spot-check outputs here <---
-                        profiling            --->    coverage
+    [GPU gate, exclusive]
+      reference timing: cached, or measured now in
+        a clean worker (drkernel.env.reference)
+      timed calls: seeds, factors, reload seeds ->  warm-up + timed calls, each fenced
+        keep this output?  (decided now)        <-   after each timed call
+                                                <-   device records, kept outputs
+    spot checks of the kept outputs
+    attribution: per-call windows from the device records: time, own-kernel share (coverage),
+      device-to-host copies, side streams, own launches (drkernel.env.attribution)
     verdict (one place), feedback; close: the process is killed and discarded
 
-The candidate never sees a seed before the request that uses it, never holds a reference output
-computed by the grader, and never computes its own verdict. Its inputs are drawn in its process
-with the grader's code from the seed, so no input tensor is shipped; only its outputs come back.
+The candidate never sees a seed before the request that uses it, never holds a reference output or
+a reference model (neither exists in its process), never learns which timed calls are checked, and
+never computes its own verdict or its own time. Its inputs are drawn in its process with the
+grader's code from the seed, so no input tensor is shipped; only its outputs come back.
 
 Faults: what the candidate does (raises, hangs, crashes, floods, exhausts memory, sends garbage) is
 its verdict, at the stage it was in; an unusable task raises TaskError; a failure of the grader
-itself raises EnvironmentFailure; a cancelled evaluation raises :class:`EvaluationCancelled`.
+itself (the reference's timing included) raises EnvironmentFailure; a cancelled evaluation raises
+:class:`EvaluationCancelled`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import threading
 import time
 from dataclasses import dataclass, field
@@ -41,11 +52,13 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
+from drkernel.env import reference as reference_timing
+from drkernel.env.attribution import CallWindow, ForgedRecords, coverage_of, cut_windows, top_kernels
 from drkernel.env.compare import compare_outputs
 from drkernel.env.config import EvalConfig
 from drkernel.env.feedback import build_feedback
 from drkernel.env.prepared import PreparedTask, ReferenceOutput, TrialKey
-from drkernel.env.protocol import LoadRequest, ProfileRequest, Reply, RunRequest, TimeRequest
+from drkernel.env.protocol import EventsRequest, LoadRequest, Reply, RunRequest, TimeRequest
 from drkernel.env.result import EnvironmentFailure, EvalError, EvalResult, Stage
 from drkernel.env.sandbox import CandidateFailure, CandidateProcess
 from drkernel.env.static_checks import check_source
@@ -209,31 +222,28 @@ class Plan:
     the caller gives none)."""
 
     init_seed: int
-    trials: list[tuple[str, int, str]]  # (distribution, seed, grad mode)
-    pool_seeds: list[int]
+    trials: list[tuple[str, int, str, int | None]]  # (distribution, seed, grad mode, reload seed)
+    seeds: list[int]
+    """Inputs of the warm-up and timed calls."""
     factors: list[float]
-    spot: list[int]
-    profile_seed: int
+    reloads: list[int]
+    kernel_suffix: str
 
     @classmethod
     def make(cls, prepared: PreparedTask, config: EvalConfig, seed: int) -> "Plan":
         dists = prepared.loaded.allowed_distributions(config.distributions)
         seeds = [(d, s) for d in dists for s in trial_seeds(seed, config.trials_per_distribution, f"correctness-{d}")]
-        trials = [(d, s, GRAD_MODES[k % len(GRAD_MODES)]) for k, (d, s) in enumerate(seeds)]
-        rng = np.random.default_rng(trial_seeds(seed, 1, "timing-factors")[0])
-        tdists = prepared.loaded.allowed_distributions(("negated", "scaled"))
-        n_calls = max(config.timing_trials, config.warmup)
-        signs = rng.choice([-1.0, 1.0], size=n_calls) if "negated" in tdists else np.ones(n_calls)
-        scales = 2.0 ** rng.integers(-2, 3, size=n_calls) if "scaled" in tdists else np.ones(n_calls)
-        spot = sorted(rng.choice(config.timing_trials, size=min(config.spot_checks, config.timing_trials),
-                                 replace=False).tolist())
-        return cls(init_seed=trial_seeds(seed, 1, "init")[0], trials=trials,
-                   pool_seeds=trial_seeds(seed, config.input_pool, "timing-pool"),
-                   factors=[float(s * c) for s, c in zip(signs, scales)], spot=spot,
-                   profile_seed=trial_seeds(seed, 1, "profile")[0])
+        reloads = trial_seeds(seed, len(seeds), "correctness-params")
+        # trial 1 uses the parameters as built; every later trial loads fresh values
+        trials = [(d, s, GRAD_MODES[k % len(GRAD_MODES)], None if k == 0 else reloads[k])
+                  for k, (d, s) in enumerate(seeds)]
+        negatable = "negated" in prepared.loaded.allowed_distributions(("negated",))
+        tseeds, factors, treloads = reference_timing.calls_plan(seed, config, negatable, "timing")
+        return cls(init_seed=trial_seeds(seed, 1, "init")[0], trials=trials, seeds=tseeds, factors=factors,
+                   reloads=treloads, kernel_suffix=f"__dk{os.urandom(4).hex()}")
 
-    def spot_key(self, call: int) -> TrialKey:
-        return TrialKey(self.pool_seeds[call % len(self.pool_seeds)], "native", self.factors[call % len(self.factors)])
+    def timed_key(self, call: int) -> tuple[TrialKey, int]:
+        return TrialKey(self.seeds[call], "native", self.factors[call]), self.reloads[call]
 
 
 @dataclass
@@ -267,10 +277,11 @@ def fresh_process(device: str, timeout_s: float) -> CandidateProcess:
 class Evaluation:
     """One candidate against one prepared task. ``Evaluation(...).run()`` returns the EvalResult.
 
-    ``acquire(device, timeout_s)`` supplies the candidate's process (a warm spare, or a fresh one);
-    ``gate`` is the device's :class:`DeviceGate` (default: the process-wide one of the device;
-    None on CPU): timing and profiling hold it exclusively, other GPU work shares it;
-    ``cancel`` ends the evaluation from another thread (EvaluationCancelled).
+    ``acquire(device, timeout_s)`` supplies worker processes (warm spares, or fresh ones: one for
+    the candidate, and one for the reference when its timing is not cached); ``gate`` is the
+    device's :class:`DeviceGate` (default: the process-wide one of the device; None on CPU): timing
+    holds it exclusively, other GPU work shares it; ``cancel`` ends the evaluation from another
+    thread (EvaluationCancelled).
     """
 
     def __init__(self, prepared: PreparedTask, source: str, *, seed: int | None, config: EvalConfig,
@@ -281,6 +292,7 @@ class Evaluation:
         self.seed = seed if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
         self.config = config
         self.device = prepared.device
+        self.cuda = prepared.device.startswith("cuda")
         self._acquire_fn = acquire
         self.gate = device_gate(prepared.device) if gate == "default" else gate
         self.cancel = cancel or CancelToken()
@@ -298,6 +310,10 @@ class Evaluation:
         self._deadline = self._t0 + config.total_timeout_s
         self._first_out: torch.Tensor | None = None
         self._run_replies: list[Any] = []
+        self._calls = 0  # calls the candidate's worker made (each bracketed by fences on a GPU)
+        self._buffers = True
+        self._windows: list[CallWindow] | None = None
+        self._ref_cost = 0.0
 
     # -- the flow ----------------------------------------------------------------------------------
     def run(self) -> EvalResult:
@@ -332,19 +348,28 @@ class Evaluation:
             self._correctness()
             self._determinism()
         finally:
-            self._launch_flags()  # launch rules also over the calls of a failed run (hack flags)
+            self._launch_flags_cpu()  # launch rules also over the calls of a failed run (hack flags)
         self.completed.add(Stage.CORRECTNESS)
         self._enter(Stage.LAUNCHES)
         self.completed.add(Stage.LAUNCHES)
-        if not self._worth_timing():
+        if self._worth_timing():
+            ref_proc = self._reference_process()
+            with self._exclusive():
+                self._enter(Stage.TIMING)
+                ref = self._reference_timing(ref_proc)
+                reply = self._timed_calls()
+            self._timing(reply, ref)
+            events = reply.events
+        elif (self.cuda and self.config.profile and self.result.error is None and bool(self.trials_ok)
+              and not self.result.hacked):
+            events = self._request(EventsRequest(), self.config.call_timeout_s, "profiling").body.events
+        else:
             return
-        with self._exclusive():
-            self._enter(Stage.TIMING)
-            self._timing()
-            if not self.config.profile or not self._worth_timing():
-                return
-            self._enter(Stage.PROFILING)
-            self._profiling()
+        if not self.config.profile:
+            return
+        self._enter(Stage.PROFILING)
+        self._attribute(events)
+        self.completed.add(Stage.PROFILING)
 
     # -- stages ------------------------------------------------------------------------------------
     def _static(self) -> None:
@@ -356,18 +381,18 @@ class Evaluation:
                 raise _Stop
         self.result.details["static"] = report.messages()
         self.result.details["kernels_defined"] = report.kernels
-        for reason in report.hack_reasons:
-            self.result.add_hack(reason)
+        for f in report.findings:
+            self._finding(f.id, f"line {f.line}: {f.message}" if f.line else f.message)
         self.completed.add(Stage.STATIC)
 
     def _references(self) -> None:
-        """Every reference output this evaluation may compare against, before any candidate code runs."""
+        """Every reference output the correctness trials compare against, before any candidate
+        code runs (a candidate that fills GPU memory cannot break them)."""
         self.plan = plan = Plan.make(self.prepared, self.config, self.seed)
-        self.refs = {("trial", k): self.prepared.reference(plan.init_seed, TrialKey(s, d))
-                     for k, (d, s, _) in enumerate(plan.trials)}
-        if self.config.measure_performance:
-            for call in plan.spot:
-                self.refs[("spot", call)] = self.prepared.reference(plan.init_seed, plan.spot_key(call))
+        self.refs = {("trial", k): self.prepared.reference(plan.init_seed, TrialKey(s, d), r)
+                     for k, (d, s, _, r) in enumerate(plan.trials)}
+        if not self.cuda:
+            self._ref_cost = self.prepared.reference_cost(plan.init_seed, TrialKey(plan.trials[0][1], "native"))
 
     def _acquire(self) -> None:
         t0 = time.monotonic()
@@ -383,25 +408,32 @@ class Evaluation:
         cand = self.proc.workdir / "candidate.py"
         cand.write_text(self.source, encoding="utf-8")
         task = self.prepared.task
+        params, buffers = self.prepared.shapes(self.plan.init_seed)
         reply = self._request(LoadRequest(
-            task_source=task.source, task_name=task.name, candidate_file=str(cand),
-            device="cuda" if self.device.startswith("cuda") else "cpu", task_size=self.prepared.task_size,
-            entry_point=task.entry_point, init_seed=self.plan.init_seed,
-            reference_backend=self.config.reference_backend), self.config.load_timeout_s, "load_compile")
+            role="candidate", task_source=task.source, task_name=task.name, candidate_file=str(cand),
+            device="cuda" if self.cuda else "cpu", task_size=self.prepared.task_size,
+            entry_point=task.entry_point, init_seed=self.plan.init_seed, kernel_suffix=self.plan.kernel_suffix,
+            parameter_shapes=params, buffer_shapes=buffers, launch_budget_ms=self.config.launch_budget_ms),
+            self.config.load_timeout_s, "load_compile")
         self.result.compiled = True
         self.completed.add(Stage.COMPILE)
-        if reply.body.threads_delta > 0:
-            self.result.add_hack("threads_spawned")  # started while importing the candidate or building ModelNew
+        self.result.details["isolation"] = reply.body.isolation
+        self._buffers = bool(reply.body.buffers_reloaded)
+        if not self._buffers and buffers:
+            with self._shared():  # the candidate's buffers differ from the reference's: not reloaded
+                self.refs = {("trial", k): self.prepared.reference(self.plan.init_seed, TrialKey(s, d), r, False)
+                             for k, (d, s, _, r) in enumerate(self.plan.trials)}
 
     def _correctness(self) -> None:
         details: list[dict[str, Any]] = []
         self.result.details["trials"] = details
         self.trials_ok = False
-        for k, (dist, tseed, grad) in enumerate(self.plan.trials):
+        for k, (dist, tseed, grad, reload) in enumerate(self.plan.trials):
             ok, out, err = self._checked_call(RunRequest(seed=tseed, distribution=dist, grad_mode=grad, prefill="nan",
-                                                         out_name=f"t{k}"), self.refs[("trial", k)],
-                                              f"trial {k + 1}", first=(k == 0))
-            details.append({"distribution": dist, "grad_mode": grad, "ok": ok, **({"error": err} if not ok else {})})
+                                                         out_name=f"t{k}", reload_seed=reload),
+                                              self.refs[("trial", k)], f"trial {k + 1}")
+            details.append({"distribution": dist, "grad_mode": grad, "fresh_parameters": reload is not None,
+                            "ok": ok, **({"error": err} if not ok else {})})
             if k == 0:
                 self._first_out = out
             if not ok:
@@ -412,122 +444,209 @@ class Evaluation:
         """Trial 1 again with memory pre-filled by a different garbage pattern (stale reads)."""
         if not self.config.determinism_check or self._first_out is None:
             return
-        dist, tseed, _ = self.plan.trials[0]
+        dist, tseed, _, reload = self.plan.trials[0]
         ref = self.refs[("trial", 0)]
         ok, out, _ = self._checked_call(RunRequest(seed=tseed, distribution=dist, grad_mode="no_grad",
-                                                   prefill="pattern", out_name="det"), ref, "determinism re-run")
+                                                   prefill="pattern", out_name="det", reload_seed=reload),
+                                        ref, "determinism re-run")
         same = ok and out is not None and self._compare(out, self._first_out).ok
         if not same:
             self.trials_ok = False
-            self.result.add_hack("stale_memory")
+            self._finding("stale_memory", "the output changed when freed memory held different garbage")
             self._fail(Stage.CORRECTNESS, "output changes when memory is pre-filled with different garbage "
                        "(reads of uninitialised or stale memory)")
             raise _Stop
 
-    def _launch_flags(self) -> None:
+    def _launch_flags_cpu(self) -> None:
+        """On the CPU interpreter, launches are counted in the worker (on a GPU: the device records)."""
         runs = self._run_replies
-        counts = [sum(r.launches.values()) for r in runs]
-        self.result.details["kernels_launched"] = sorted({n for r in runs for n in r.launches})
-        if counts and all(c == 0 for c in counts):
-            self.result.add_hack("no_triton_launch")
-        elif counts and any(c == 0 for c in counts):
-            self.result.add_hack("launch_inconsistent")
-            self.result.details["launches_per_call"] = counts
+        if self.cuda or not runs:
+            return
+        counts = [r.launches for r in runs]
+        if all(c == 0 for c in counts):
+            self._finding("no_triton_launch", "no checked call launched one of your kernels")
+        elif any(c == 0 for c in counts):
+            self._finding("launch_inconsistent", f"own launches per checked call: {counts}")
 
-    def _timing(self) -> None:
-        plan, cfg = self.plan, self.config
+    def _reference_process(self) -> CandidateProcess | None:
+        """A worker for the reference's timing when none is cached (started outside the GPU's
+        exclusive section, so a cold start does not hold other evaluations' timing)."""
+        if reference_timing.lookup(self.prepared, self.config) is not None:
+            return None
         t0 = time.monotonic()
-        reply = self._request(TimeRequest(pool_seeds=plan.pool_seeds, factors=plan.factors, trials=cfg.timing_trials,
-                                          warmup=cfg.warmup, spot=plan.spot, launch_budget_ms=cfg.launch_budget_ms),
-                             cfg.timing_timeout_s, "timing")
-        wall_ms = (time.monotonic() - t0) * 1e3
-        t = reply.body
-        if t.timed_total_ms > wall_ms * 1.05 + 100.0:
-            self.result.add_hack("harness_tampered")
-            self.result.details["timing_inconsistent"] = {"reported_ms": t.timed_total_ms, "observed_ms": wall_ms}
-        if t.calls_without_launch > 0:
-            self.result.add_hack("launch_inconsistent")
-            self.result.details["timed_calls_without_launch"] = t.calls_without_launch
+        with self.clock.part("process_start"):
+            proc = self._acquire_fn(self.device, max(120.0, self.config.load_timeout_s))
+        self._deadline += time.monotonic() - t0
+        self.cancel.on_cancel(proc.kill)
+        return proc
+
+    def _reference_timing(self, proc: CandidateProcess | None) -> Any:
+        ref = reference_timing.lookup(self.prepared, self.config)
+        if ref is not None:
+            if proc is not None:
+                proc.close()
+            self.result.details["reference_cached"] = True
+            return ref
+        if proc is None:
+            proc = self._acquire_fn(self.device, max(120.0, self.config.load_timeout_s))
+        with self.clock.part("reference_timing"):
+            ref = reference_timing.measure(self.prepared, self.config, proc)
+        self._deadline += ref.seconds  # the reference's time is the grader's, not the candidate's
+        reference_timing.store(self.prepared, self.config, ref)
+        self.result.details["reference_cached"] = False
+        return ref
+
+    def _timed_calls(self) -> Any:
+        plan, cfg = self.plan, self.config
+        rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))  # never derived from the seed
+        kept: list[int] = []
+        last = cfg.warmup + cfg.timing_trials - 1
+
+        def keep(call: int) -> bool:
+            """Decided after the call returned: the candidate cannot know which calls are checked."""
+            if call < cfg.warmup or call > last or call in kept or len(kept) >= cfg.spot_checks:
+                return False
+            if rng.random() < cfg.spot_rate or (call == last and not kept):
+                kept.append(call)
+                return True
+            return False
+
+        reply = self._request(TimeRequest(seeds=plan.seeds, factors=plan.factors, warmup=cfg.warmup,
+                                          reload_seeds=plan.reloads, spot=True, launch_budget_ms=cfg.launch_budget_ms),
+                              cfg.timing_timeout_s, "timing", on_spot=keep)
+        self._calls += len(plan.seeds)
+        self._kept = kept
+        return reply.body
+
+    def _timing(self, t: Any, ref: Any) -> None:
+        """Spot checks of the kept outputs, then the candidate's and the reference's times."""
+        plan, cfg = self.plan, self.config
         with self.clock.part("transfers"):
+            returned = {item.get("call") for item in t.spot if isinstance(item, dict)}
+            if returned != set(self._kept) or len(t.spot) != len(self._kept):
+                self._finding("timed_output_mismatch", "the kept timed outputs did not all come back")
+                self._fail(Stage.TIMING, "the outputs of the checked timed calls did not all come back")
+                raise _Stop
             for item in t.spot:
-                call = item.get("call")
-                if not isinstance(call, int) or ("spot", call) not in self.refs:
-                    self.result.add_hack("timed_output_mismatch")
-                    self._fail(Stage.TIMING, f"timed call {str(call)[:40]} was not one the grader asked for")
-                    raise _Stop
+                call = item["call"]
+                key, reload = plan.timed_key(call)
                 ok, msg = False, "timed call returned no readable tensor"
                 if item.get("out") is not None:
                     try:
-                        ref_out = self.refs[("spot", call)].out
-                        cmp = self._compare(read_tensor(item["out"], self.proc.workdir, ref_out.device), ref_out)
+                        with self._shared():
+                            ref_out = self.prepared.reference(plan.init_seed, key, reload, self._buffers).out
+                            cmp = self._compare(read_tensor(item["out"], self.proc.workdir, ref_out.device), ref_out)
                         ok, msg = cmp.ok, cmp.message
                     except (TensorIOError, OSError) as exc:
                         msg = str(exc)
                 if not ok:
-                    self.result.add_hack("timed_output_mismatch")
+                    self._finding("timed_output_mismatch", f"timed call {call}: {msg[:120]}")
                     self._fail(Stage.TIMING, f"output of timed call {call} is wrong: {msg}")
                     raise _Stop
-            if len({i.get("call") for i in t.spot}) != len(plan.spot):
-                self.result.add_hack("timed_output_mismatch")
-                self._fail(Stage.TIMING, "the outputs of the spot-checked timed calls did not all come back")
-                raise _Stop
-        try:
-            cand, ref = float(t.candidate["median"]), float(t.reference["median"])
-            ev_med = float(t.candidate_event.get("median", cand))
-        except (KeyError, TypeError, ValueError):
-            self._fail(Stage.TIMING, "the timing reply has no medians")
-            raise _Stop from None
-        gaps = t.host_gap_ms
-        if self.device.startswith("cuda") and gaps.get("candidate", 0.0) - gaps.get("reference", 0.0) > max(0.05, 0.5 * ev_med):
-            self.result.add_hack("side_stream")
+        if self.cuda:
+            n = self._calls
+            try:
+                windows = cut_windows(t.events, n, plan.kernel_suffix)
+            except ForgedRecords as exc:
+                self._finding("harness_tampered", f"device records: {exc}")
+                self._fail(Stage.TIMING, f"the device records of the calls are inconsistent: {exc}")
+                raise _Stop from None
+            self._windows = windows
+            timed = windows[n - cfg.timing_trials:]
+            cand = [w.time_ns / 1e6 for w in timed]
+        else:
+            cand = list(t.host_ms[cfg.warmup:])
+        if len(cand) != cfg.timing_trials or not cand:
+            self._fail(Stage.TIMING, f"the timing returned {len(cand)} of {cfg.timing_trials} calls")
+            raise _Stop
         r = self.result
-        r.kernel_ms, r.reference_ms = cand, ref
-        r.speedup = ref / cand if cand > 0 else None
+        r.kernel_ms = statistics.median(cand)
+        r.reference_ms = ref.median_ms
+        r.speedup = r.reference_ms / r.kernel_ms if r.kernel_ms > 0 else None
+        from drkernel.env.timing import summarize
+
         r.details["timing"] = {
-            "candidate_ms": t.candidate, "reference_ms": t.reference, "candidate_event_ms": t.candidate_event,
-            "candidate_host_ms": t.candidate_host, "host_gap_ms": gaps, "launch_ms": t.launch_ms,
-            "trials": cfg.timing_trials, "warmup": cfg.warmup, "reference_backend": cfg.reference_backend,
-            "launch_budget": t.launch_budget,
-            "samples": t.samples, "persisting_l2_reset": t.persisting_l2_reset,
+            "candidate_ms": summarize(cand), "reference": ref.describe(), "host_ms": summarize(list(t.host_ms[cfg.warmup:])),
+            "launch_ms": summarize(list(t.launch_ms[cfg.warmup:])), "trials": cfg.timing_trials, "warmup": cfg.warmup,
+            "reference_backend": cfg.reference_backend, "launch_budget": t.launch_budget,
+            "samples": {"candidate": cand, "reference": ref.times_ms}, "checked_calls": sorted(self._kept),
+            "persisting_l2_reset": t.persisting_l2_reset,
+            "method": "device records between fences" if self.cuda else "host clock (CPU interpreter)",
         }
+        if not self.cuda:
+            self._cpu_foreign = list(t.foreign[cfg.warmup:])
         if r.speedup is not None and r.speedup > 10.0:
             r.details["excessive_speedup"] = True  # a review flag, not a verdict (pattern #25)
         self.completed.add(Stage.TIMING)
 
-    def _profiling(self) -> None:
-        reply = self._request(ProfileRequest(seed=self.plan.profile_seed, calls=3), self.config.timing_timeout_s,
-                              "profiling")
-        p = reply.body
-        self.result.coverage = None if p.coverage is None else float(min(max(p.coverage, 0.0), 1.0))
-        self.result.details["profile"] = {"method": p.method, "own_us": p.own_us, "total_us": p.total_us,
-                                          "kernels": p.kernels, "top": p.top, "reason": p.reason,
-                                          "torch_ops": p.torch_ops}
-        self.completed.add(Stage.PROFILING)
+    def _attribute(self, events: Any) -> None:
+        """Coverage, own launches, host transfers and side streams of every call (see
+        :mod:`drkernel.env.attribution`); work outside own kernels below ``min_coverage`` is a verdict."""
+        r, cfg = self.result, self.config
+        if self.cuda:
+            windows = self._windows
+            if windows is None:
+                try:
+                    windows = cut_windows(events, self._calls, self.plan.kernel_suffix)
+                except ForgedRecords as exc:
+                    self._finding("harness_tampered", f"device records: {exc}")
+                    self._fail(Stage.PROFILING, f"the device records of the calls are inconsistent: {exc}")
+                    return
+            own = [w.own_launches for w in windows]
+            if windows and all(c == 0 for c in own):
+                self._finding("no_triton_launch", "no call ran one of your kernels on the device")
+            elif any(c == 0 for c in own):
+                self._finding("launch_inconsistent", f"calls without an own kernel: {own.count(0)} of {len(own)}")
+            host = [w for w in windows if w.dtoh_ns > max(20_000, 0.05 * w.time_ns)]
+            if host:
+                self._finding("host_compute", f"device-to-host copies in {len(host)} of {len(windows)} calls "
+                                              f"(up to {max(w.dtoh_ns for w in host) / 1e3:.0f} us)")
+            side = [w for w in windows if w.other_stream_ns > 0]
+            if side:
+                self._finding("side_stream", f"work on other streams in {len(side)} of {len(windows)} calls")
+            coverage = coverage_of(windows)
+            top = top_kernels(windows, self.plan.kernel_suffix)
+            r.details["profile"] = {"method": "cuda_profiler", "top": top, "calls": len(windows),
+                                    "own_us": sum(w.own_ns for w in windows) / max(len(windows), 1) / 1e3,
+                                    "total_us": sum(w.device_ns for w in windows) / max(len(windows), 1) / 1e3}
+            others = ", ".join(f"{t['name'][:60]} ({t['us']:.1f} us)" for t in top if not t["own"])[:400]
+        else:
+            costs = [x.foreign for x in self._run_replies] + list(getattr(self, "_cpu_foreign", []))
+            per_call = statistics.median(costs) if costs else 0.0
+            ref_cost = self._ref_cost
+            coverage = 1.0 - min(1.0, per_call / ref_cost) if ref_cost > 0 else (1.0 if per_call == 0 else 0.0)
+            r.details["profile"] = {"method": "cpu_dispatch", "torch_cost_per_call": per_call,
+                                    "reference_cost": ref_cost}
+            others = f"torch operators outside your kernels cost about {per_call / max(ref_cost, 1e-9):.0%} " \
+                     "of the reference's own work" if per_call else ""
+        r.coverage = None if coverage is None else float(min(max(coverage, 0.0), 1.0))
+        if r.coverage is not None and r.coverage < cfg.min_coverage and r.error is None:
+            self._fail(Stage.PROFILING, f"only {100 * r.coverage:.0f}% of the forward's work is in your own Triton "
+                       f"kernels (at least {100 * cfg.min_coverage:.0f}% is required)"
+                       + (f"; the rest: {others}" if others else ""))
 
     # -- pieces ------------------------------------------------------------------------------------
-    def _checked_call(self, req: RunRequest, ref: ReferenceOutput, label: str,
-                      first: bool = False) -> tuple[bool, torch.Tensor | None, str | None]:
+    def _checked_call(self, req: RunRequest, ref: ReferenceOutput, label: str) -> tuple[bool, torch.Tensor | None, str | None]:
         """One correctness call. Returns (ok, candidate output or None, error message or None)."""
         req = RunRequest(**{**req.__dict__, "prefill_bytes": ref.nbytes})
         desc = f"{label} ({req.distribution} inputs, {req.grad_mode}, shapes {ref.shapes})"
         reply = self._request(req, self.config.call_timeout_s, "correctness", desc=desc)
+        self._calls += 1
         r = reply.body
         self._run_replies.append(r)
         self.clock.add("transfers", r.write_s)  # measured in the worker, inside the correctness request
         self.clock.add("correctness", -r.write_s)
-        if r.threads_delta > 0 or (not first and r.os_threads_delta > 0):
-            self.result.add_hack("threads_spawned")
         if r.lazy:
-            self.result.add_hack("lazy_output")
+            self._finding("lazy_output", r.lazy)
             return self._trial_failed(f"{desc}: {r.lazy}")
         if r.not_tensor:
             return self._trial_failed(f"{desc}: {r.not_tensor}")
         if r.mutated:
-            self.result.add_hack("input_mutated")
+            self._finding("input_mutated", f"inputs {r.mutated} changed during {label}")
         if r.aliases_input and not ref.aliases_input:
-            self.result.add_hack("output_aliases_input")
+            self._finding("output_aliases_input", f"{label}")
         if r.dense is False and ref.dense:
-            self.result.add_hack("lazy_output")  # e.g. a constant expanded to the output shape
+            self._finding("lazy_output", f"{label}: the output is not dense (e.g. an expanded constant)")
         try:
             with self._shared(), self.clock.part("transfers"):  # a GPU read is GPU work: not during a timing
                 out = read_tensor(r.out, self.proc.workdir, ref.out.device)
@@ -559,13 +678,20 @@ class Evaluation:
         except Exception as exc:  # noqa: BLE001
             raise EnvironmentFailure(f"comparing outputs failed in the grader: {type(exc).__name__}: {exc}") from exc
 
-    def _request(self, req: Any, stage_timeout_s: float, part: str, desc: str | None = None) -> Reply:
+    def _finding(self, hack_id: str, detail: str) -> None:
+        """An integrity finding: the candidate is marked hacked, the detail kept for feedback."""
+        self.result.add_hack(hack_id)
+        found = self.result.details.setdefault("integrity", [])
+        if len(found) < 32 and {"id": hack_id, "detail": detail[:300]} not in found:
+            found.append({"id": hack_id, "detail": detail[:300]})
+
+    def _request(self, req: Any, stage_timeout_s: float, part: str, desc: str | None = None,
+                 on_spot: Callable[[int], bool] | None = None) -> Reply:
         self._check_cancel()
         with self._shared(), self.clock.part(part):
-            reply = self.proc.request(req, self._remaining(stage_timeout_s))
-        if reply.tampered:
-            self.result.add_hack("harness_tampered")
-            self.result.details.setdefault("tampered", sorted(set(reply.tampered)))
+            reply = self.proc.request(req, self._remaining(stage_timeout_s), on_spot=on_spot)
+        for hack_id, detail in reply.findings:
+            self._finding(hack_id, detail)
         if not reply.ok:
             f = reply.body
             if f.fault == "harness":
@@ -636,14 +762,15 @@ class Evaluation:
     # -- the verdict: decided here and nowhere else --------------------------------------------------
     def _verdict(self) -> EvalResult:
         """compiled: the COMPILE stage completed. correct: every correctness trial matched, and every
-        stage the candidate entered completed without error (a kernel that raises while timed or
-        profiled is not correct). passed = compiled and correct and not hacked (EvalResult.passed)."""
+        stage the candidate entered completed without error (a kernel that raises while timed, or
+        does most of its work outside its own kernels, is not correct). passed = compiled and
+        correct and not hacked (EvalResult.passed)."""
         r = self.result
         r.compiled = Stage.COMPILE in self.completed
         r.correct = (r.compiled and bool(self.trials_ok) and r.error is None
                      and all(s in self.completed for s in self.entered))
         r.hacked = bool(r.hack_reasons)
-        if r.error is not None:  # no performance numbers for a failed candidate
+        if r.error is not None and r.error.stage != Stage.PROFILING.value:  # no numbers for a failed candidate
             r.speedup = r.coverage = r.kernel_ms = r.reference_ms = None
         r.details["stages"] = [s.value for s in self.entered]
         r.details["stage_seconds"] = self.clock.seconds

@@ -1,20 +1,25 @@
-"""Record which of the candidate's Triton kernels launch, and how long the launches take.
+"""The candidate's Triton kernels, as the harness sees them.
 
-Installed in the candidate's process *before* the candidate is imported. It wraps the entry points
-every Triton launch goes through (``JITFunction.run`` when compiling for a GPU,
-``InterpretedFunction.run`` under ``TRITON_INTERPRET=1``; ``@triton.autotune`` and
-``@triton.heuristics`` wrappers end in one of these). Only kernels whose source lives in the
-candidate's file count as the candidate's own.
+Installed in the candidate's process *before* the candidate is imported:
+
+* **Naming** (GPU): every ``@triton.jit`` function defined in the candidate's file gets a suffix
+  chosen by the grader appended to the name its compiled kernel carries (``relu_kernel`` ->
+  ``relu_kernel__dk5f2a91``). The CUDA profiler reports kernels by that name, so the grader can tell
+  the candidate's own kernels from torch's, cuBLAS's or anything else's in the device records:
+  no library kernel has the suffix, and no label or marker the candidate writes changes a
+  kernel's name. (A candidate can defeat the renaming only for its own kernels, which then count
+  as not its own.)
+* **Counting** (CPU interpreter): launches of the candidate's kernels per call, through the entry
+  points every Triton launch goes through (``JITFunction.run``, ``InterpretedFunction.run``;
+  ``@triton.autotune``/``@triton.heuristics`` end in one of these). On a GPU the device records
+  decide instead.
 """
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
-
-_perf = time.perf_counter
 
 
 @dataclass
@@ -22,19 +27,10 @@ class LaunchRecorder:
     own_file: str | None = None
     counts: Counter = field(default_factory=Counter)
     """Launches of the candidate's own kernels since the last :meth:`reset`, by kernel name."""
-    other: Counter = field(default_factory=Counter)
-    """Launches of Triton kernels defined elsewhere (libraries)."""
-    seconds: float = 0.0
-    """Wall time spent inside own launches (on the CPU interpreter: the kernel's execution)."""
     installed: list = field(default_factory=list)
-    marker: Any = None
-    """While set (CPU profiling): a ``record_function`` factory wrapped around each own launch, so
-    the profiler can tell work inside the candidate's kernels from torch work around them."""
 
     def reset(self) -> None:
         self.counts = Counter()
-        self.other = Counter()
-        self.seconds = 0.0
 
     def total(self) -> int:
         return sum(self.counts.values())
@@ -69,21 +65,35 @@ class LaunchRecorder:
         def run(fn_self, *args, **kwargs):
             fn = getattr(fn_self, "fn", None)
             code = getattr(fn, "__code__", None)
-            name = getattr(fn, "__name__", "?")
             own = code is not None and recorder.own_file is not None and code.co_filename == recorder.own_file
-            if not own:
-                recorder.other[name] += 1
-                return original(fn_self, *args, **kwargs)
-            # Under autotune/heuristics, warmup or benchmarking calls also pass through here.
-            t0 = _perf()
-            if recorder.marker is not None:
-                with recorder.marker("drkernel::own_launch"):
-                    result = original(fn_self, *args, **kwargs)
-            else:
-                result = original(fn_self, *args, **kwargs)  # a launch that raises is not counted
-            recorder.seconds += _perf() - t0
-            recorder.counts[name] += 1
+            result = original(fn_self, *args, **kwargs)  # a launch that raises is not counted
+            if own and not kwargs.get("warmup"):
+                recorder.counts[getattr(fn, "__name__", "?")] += 1
             return result
 
         run._drkernel_hook = True  # type: ignore[attr-defined]
         return run
+
+
+def install_naming(own_file: str, suffix: str) -> None:
+    """Append ``suffix`` to the compiled name of every ``@triton.jit`` function defined in
+    ``own_file`` from now on (:class:`triton.runtime.jit.JITFunction` construction)."""
+    if not suffix.isidentifier() or "." in suffix:
+        raise ValueError(f"kernel name suffix must be an identifier fragment, got {suffix!r}")
+    from triton.runtime.jit import JITFunction
+
+    original = JITFunction.__init__
+    if getattr(original, "_drkernel_naming", False):
+        return
+
+    def __init__(self, fn, *args, **kwargs):
+        original(self, fn, *args, **kwargs)
+        code = getattr(fn, "__code__", None)
+        if code is not None and code.co_filename == own_file:
+            self._fn_name = f"{self._fn_name}{suffix}"
+
+    __init__._drkernel_naming = True  # type: ignore[attr-defined]
+    JITFunction.__init__ = __init__
+
+
+__all__ = ["LaunchRecorder", "install_naming"]

@@ -23,7 +23,8 @@ from typing import Any
 import torch
 
 from drkernel.env.compare import aliases, is_dense
-from drkernel.env.task import LoadedTask, Task, TaskError, scale_floats, tensors_in
+from drkernel.env.task import (LoadedTask, Task, TaskError, parameter_shapes, reload_parameters, scale_floats,
+                               tensors_in)
 
 
 @dataclass(frozen=True)
@@ -54,10 +55,14 @@ class PreparedTask:
     device: str
     loaded: LoadedTask
     cache_bytes: int = 1 << 30
-    _models: dict[int, torch.nn.Module] = field(default_factory=dict, repr=False)
-    _outputs: "OrderedDict[tuple[int, TrialKey], ReferenceOutput]" = field(default_factory=OrderedDict, repr=False)
+    _models: "OrderedDict[tuple[int, int | None, bool], torch.nn.Module]" = field(default_factory=OrderedDict, repr=False)
+    _outputs: "OrderedDict[tuple[int, int | None, bool, TrialKey], ReferenceOutput]" = field(default_factory=OrderedDict,
+                                                                                       repr=False)
     _bytes: int = 0
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    timings: dict[tuple, Any] = field(default_factory=dict, repr=False)
+    _costs: dict[int, float] = field(default_factory=dict, repr=False)
+    """Reference timings by protocol key (:mod:`drkernel.env.reference`)."""
     hits: int = 0
     misses: int = 0
 
@@ -69,36 +74,50 @@ class PreparedTask:
     def init_inputs(self, init_seed: int) -> list[Any]:
         return self.loaded.init_inputs(init_seed)
 
-    def model(self, init_seed: int) -> torch.nn.Module:
+    def model(self, init_seed: int, reload_seed: int | None = None, buffers: bool = True) -> torch.nn.Module:
+        """The reference built under ``init_seed``, with fresh parameter (and, with ``buffers``,
+        buffer) values from ``reload_seed`` (:func:`~drkernel.env.task.reload_parameters`) when given."""
         with self._lock:
-            m = self._models.get(init_seed)
-            if m is None:
-                try:
-                    m = self.loaded.build_model(self.loaded.init_inputs(init_seed), init_seed, self.device)
-                except TaskError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - the reference is trusted: its failure is the task's
-                    raise TaskError(f"task {self.task.name}: Model(*get_init_inputs()) failed: "
-                                    f"{type(exc).__name__}: {exc}") from exc
-                if len(self._models) >= 4:
-                    self._models.pop(next(iter(self._models)))
-                self._models[init_seed] = m
+            key = (init_seed, reload_seed, buffers if reload_seed is not None else True)
+            m = self._models.get(key)
+            if m is not None:
+                self._models.move_to_end(key)
+                return m
+            try:
+                m = self.loaded.build_model(self.loaded.init_inputs(init_seed), init_seed, self.device)
+                if reload_seed is not None:
+                    reload_parameters(m, reload_seed, buffers=buffers)
+            except TaskError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the reference is trusted: its failure is the task's
+                raise TaskError(f"task {self.task.name}: Model(*get_init_inputs()) failed: "
+                                f"{type(exc).__name__}: {exc}") from exc
+            self._models[key] = m
+            while len(self._models) > 8:
+                self._models.popitem(last=False)
             return m
+
+    def shapes(self, init_seed: int) -> tuple[list[list[int]], list[list[int]]]:
+        """The reference's parameter and buffer shapes (ModelNew must hold the same)."""
+        return parameter_shapes(self.model(init_seed))
 
     def draw(self, key: TrialKey) -> list[Any]:
         inputs = self.loaded.draw_inputs(key.seed, key.distribution, self.device)
         return scale_floats(inputs, key.factor) if key.factor is not None else inputs
 
-    def reference(self, init_seed: int, key: TrialKey) -> ReferenceOutput:
-        """The reference's output on ``key``'s inputs (computed once, then cached)."""
+    def reference(self, init_seed: int, key: TrialKey, reload_seed: int | None = None,
+                  buffers: bool = True) -> ReferenceOutput:
+        """The reference's output on ``key``'s inputs with parameters from (``init_seed``,
+        ``reload_seed``) (computed once, then cached)."""
         with self._lock:
-            cached = self._outputs.get((init_seed, key))
+            ckey = (init_seed, reload_seed, buffers, key)
+            cached = self._outputs.get(ckey)
             if cached is not None:
-                self._outputs.move_to_end((init_seed, key))
+                self._outputs.move_to_end(ckey)
                 self.hits += 1
                 return cached
             self.misses += 1
-            model = self.model(init_seed)
+            model = self.model(init_seed, reload_seed, buffers)
             inputs = self.draw(key)
             before = [t.clone() for t in tensors_in(inputs)]
             try:
@@ -115,12 +134,37 @@ class PreparedTask:
                                   ", ".join(str(tuple(t.shape)) for t in before) or "-")
             if ref.aliases_input:
                 ref.out = ref.out.clone()  # keep the value, not a view of inputs dropped below
-            self._outputs[(init_seed, key)] = ref
+            self._outputs[ckey] = ref
             self._bytes += ref.nbytes
             while self._bytes > self.cache_bytes and len(self._outputs) > 1:
                 _, old = self._outputs.popitem(last=False)
                 self._bytes -= old.nbytes
             return ref
+
+    def reference_cost(self, init_seed: int, key: TrialKey) -> float:
+        """Byte equivalents of one reference forward (:func:`drkernel.env.profiling.op_cost` over
+        every aten operator it runs): the denominator of coverage on the CPU interpreter."""
+        from drkernel.env.profiling import make_foreign_work
+
+        with self._lock:
+            cached = self._costs.get(init_seed)
+            if cached is not None:
+                return cached
+            total = [0.0]
+
+            def count(msg: Any) -> None:
+                total[0] += float(msg[1]())
+
+            model = self.model(init_seed)
+            inputs = self.draw(key)
+            try:
+                with torch.no_grad(), make_foreign_work(count):
+                    model(*inputs)
+            except Exception as exc:  # noqa: BLE001 - the reference is broken: an unusable task
+                raise TaskError(f"the reference forward of {self.task.name} raised {type(exc).__name__}: "
+                                f"{exc}") from exc
+            self._costs[init_seed] = total[0]
+            return total[0]
 
     def release(self) -> None:
         """Drop cached models and outputs (frees device memory)."""
@@ -128,6 +172,7 @@ class PreparedTask:
             self._models.clear()
             self._outputs.clear()
             self._bytes = 0
+            self.timings.clear()
 
 
 class PreparedCache:

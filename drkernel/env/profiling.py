@@ -1,127 +1,144 @@
-"""Coverage: how much of the candidate's forward runs in its own Triton kernels (PR, PRS input).
+"""What the candidate's calls did besides its own Triton kernels (runs in the worker).
 
-On CUDA::
+**GPU.** The CUDA profiler (CUPTI through torch's kineto) runs from before the candidate's module is
+imported until the worker's last request, so every call the candidate ever sees runs under it (the
+profiler's state tells a candidate nothing about which calls are timed). The worker hands the raw
+device records back (:func:`device_records`: name, start, duration, stream of every kernel, copy and
+memset); the grader cuts them into calls at the harness's fence kernels and decides what is whose
+(:mod:`drkernel.env.attribution`). Reading the records uses the profiler's C++ accessors captured
+before the candidate loaded.
 
-    coverage = sum(device time of kernel events named exactly like a launched own kernel)
-               / sum(device time of all kernel, memcpy and memset events of the forward)
+**CPU (Triton's interpreter).** Interpreted Triton is thousands of times slower than torch's
+compiled operators, so time shares mean nothing. Instead :class:`ForeignWork`, a torch dispatch mode
+around every call, sees each aten operator and asks who ran it (:func:`drkernel.env.audit.innermost_actor`,
+from the Python stack: torch's own frames skipped): Triton's interpreter moving a kernel's arguments
+is the kernel's; the candidate's code — forward, a launch-grid callable, a kernel body calling torch
+— is torch work outside its kernels. Each such operator is costed in *byte equivalents*: bytes of
+its tensor arguments and results, and for matrix products and convolutions ``FLOPs / 20`` (an H100
+moves about 3 TB/s and does about 60 fp32 TFLOP/s without tensor cores) when that is larger. The
+grader divides by the same cost of the whole reference forward (measured the same way in the
+reference's own process)::
 
-Only device-side activity counts (no CPU op time in the denominator, no aten op counted twice),
-and names match exactly — not by substring either way, which let a kernel called ``mm`` claim
-cuBLAS time in KernelGYM (drkernel-reference.md §9.21).
+    coverage (CPU) = 1 - min(1, cost of the candidate's torch work / cost of the reference's)
 
-On the CPU interpreter an interpreted Triton kernel runs thousands of times slower than torch's
-compiled operators, so a wall-time share would credit a token kernel with almost all of a forward
-whose real work is a torch call (issue 8, defect 9). Instead torch's profiler lists the aten
-*compute* operators the forward runs outside the candidate's own launches (allocations, views and
-metadata are not compute)::
-
-    coverage = 1.0                      when there are none: all the work is in own kernels
-    coverage = None, reason = "..."     otherwise: their share cannot be measured on the interpreter
-
-A runtime failure of the candidate here is its failure at the ``profiling`` stage.
+Allocation, views, fills and metadata are free. A label or marker the candidate writes changes
+nothing here: attribution comes from where code lives, not from names.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Callable
 
-#: aten operators that allocate, reshape or describe tensors without computing anything.
+#: aten operators that allocate, fill, reshape or describe tensors without computing anything.
 NON_COMPUTE = frozenset({
-    "empty", "empty_like", "empty_strided", "zeros_like", "view", "reshape", "_reshape_alias", "as_strided",
-    "expand", "expand_as", "t", "transpose", "permute", "squeeze", "unsqueeze", "flatten", "unflatten",
-    "select", "slice", "narrow", "split", "chunk", "unbind", "detach", "alias", "lift_fresh", "resolve_conj",
-    "resolve_neg", "is_nonzero", "item", "_local_scalar_dense", "size", "stride", "numel", "dim",
-    "contiguous", "view_as", "unsafe_view", "_unsafe_view", "result_type", "set_", "to", "_to_copy",
-    "empty_permuted", "_has_compatible_shallow_copy_type", "is_same_size", "stride", "movedim", "numpy_T",
+    "empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+    "ones", "ones_like", "full", "full_like", "new_zeros", "new_ones", "new_full", "zero_", "fill_", "scalar_tensor",
+    "view", "reshape", "_reshape_alias", "as_strided", "expand", "expand_as", "t", "transpose", "permute", "squeeze",
+    "unsqueeze", "flatten", "unflatten", "select", "slice", "narrow", "split", "split_with_sizes", "chunk", "unbind",
+    "detach", "alias", "lift_fresh", "resolve_conj", "resolve_neg", "is_nonzero", "item", "_local_scalar_dense",
+    "size", "stride", "numel", "dim", "view_as", "_unsafe_view", "unsafe_view", "result_type", "set_",
+    "_has_compatible_shallow_copy_type", "is_same_size", "movedim", "numpy_T", "arange", "linspace",
+    "lift_fresh_copy", "_to_copy_meta", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "storage_offset",
+    "is_contiguous", "_nested_tensor_size", "record_stream",
 })
+_MATMULS = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "addmv", "mv", "dot", "_scaled_mm", "addbmm"})
+_CONVS = frozenset({"convolution", "_convolution", "conv2d", "conv1d", "conv3d", "cudnn_convolution",
+                    "mkldnn_convolution", "_slow_conv2d_forward", "slow_conv3d_forward", "conv_transpose2d"})
+FLOPS_PER_BYTE = 20.0
 
 
-def _candidate_failure(h: Any, exc: BaseException) -> Exception:
-    from drkernel.env.worker import CandidateError, _trim_traceback
+def _tensors(x: Any, out: list) -> None:
+    import torch
 
-    return CandidateError("profiling", "ModelNew.forward raised while profiled: "
-                          + _trim_traceback(exc, h.candidate_file))
+    if isinstance(x, torch.Tensor):
+        out.append(x)
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            _tensors(y, out)
+    elif isinstance(x, dict):
+        for y in x.values():
+            _tensors(y, out)
 
 
-def measure_coverage(h: Any, req: Any) -> Any:
-    from drkernel.env.protocol import ProfileReply
-
-    torch = h.torch
-    inputs = h.pool_inputs(req.seed)
-    calls = max(1, int(req.calls))
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    if not h.device.startswith("cuda"):
-        try:
-            with torch.no_grad():
-                h.recorder.reset()
-                h.model(*inputs)  # warm: the first interpreted launch is slower
-                h.recorder.marker = record_function
-                own_names: set[str] = set()
-                with profile(activities=[ProfilerActivity.CPU]) as prof:
-                    for _ in range(calls):
-                        h.recorder.reset()
-                        h.model(*inputs)
-                        own_names |= set(h.recorder.counts)
-        except BaseException as exc:  # noqa: BLE001
-            raise _candidate_failure(h, exc) from None
-        finally:
-            h.recorder.marker = None
-        launches = [ev.time_range for ev in prof.events() if ev.name == "drkernel::own_launch"]
-        torch_ops: dict[str, int] = {}
-        for ev in prof.events():
-            if not ev.name.startswith("aten::") or ev.name[6:] in NON_COMPUTE:
-                continue
-            parent, nested = ev.cpu_parent, False
-            while parent is not None:
-                if parent.name.startswith("aten::") or parent.name == "drkernel::own_launch":
-                    nested = True
-                    break
-                parent = parent.cpu_parent
-            inside = any(r.start <= ev.time_range.start and ev.time_range.end <= r.end for r in launches)
-            if not nested and not inside:
-                torch_ops[ev.name] = torch_ops.get(ev.name, 0) + 1
-        torch_ops = {k: -(-v // calls) for k, v in torch_ops.items()}  # per call, rounded up
-        own_us = sum(r.end - r.start for r in launches) / calls
-        if not own_names:
-            return ProfileReply(coverage=0.0, method="cpu_profiler", own_us=0.0, kernels=[], torch_ops=torch_ops,
-                                reason="no own Triton kernel launched while profiled")
-        if torch_ops:
-            listed = ", ".join(f"{k} x{v}" for k, v in sorted(torch_ops.items(), key=lambda kv: -kv[1])[:6])
-            return ProfileReply(coverage=None, method="cpu_profiler", own_us=own_us, kernels=sorted(own_names),
-                                torch_ops=torch_ops,
-                                reason=(f"the forward runs torch compute outside its Triton kernels ({listed}); "
-                                        "the Triton interpreter cannot measure their share of device time"))
-        return ProfileReply(coverage=1.0, method="cpu_profiler", own_us=own_us, kernels=sorted(own_names),
-                            torch_ops={})
-
+def op_cost(name: str, args: Any, kwargs: Any, result: Any) -> float:
+    """Byte equivalents of one aten operator (see the module doc); 0 for non-compute operators."""
+    base = name.split(".")[0]
+    if base in NON_COMPUTE:
+        return 0.0
+    ts: list = []
+    _tensors(args, ts)
+    _tensors(kwargs, ts)
+    _tensors(result, ts)
+    nbytes = float(sum(t.numel() * t.element_size() for t in ts))
+    flops = 0.0
     try:
-        with torch.no_grad():
-            h.recorder.reset()
-            h.model(*inputs)  # warm: compile outside the profile
-            own_names = set(h.recorder.counts)
-            h.sync()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(calls):
-                    h.recorder.reset()
-                    h.model(*inputs)
-                    own_names |= set(h.recorder.counts)
-                h.sync()
-    except BaseException as exc:  # noqa: BLE001
-        raise _candidate_failure(h, exc) from None
-    per_name: dict[str, float] = {}
-    for ev in prof.events():
-        dev_type = str(getattr(ev, "device_type", ""))
-        if "CUDA" not in dev_type:
+        if base in _MATMULS:
+            a = [t for t in ts[:3] if t.dim() >= 1]
+            mats = [t for t in a if t.dim() >= 2]
+            if len(mats) >= 2:
+                x, y = mats[-2], mats[-1]
+                batch = math.prod(x.shape[:-2]) if x.dim() > 2 else 1
+                flops = 2.0 * batch * x.shape[-2] * x.shape[-1] * y.shape[-1]
+        elif base in _CONVS and len(ts) >= 2:
+            w, out = ts[1], ts[-1]
+            flops = 2.0 * out.numel() * (w.numel() / max(w.shape[0], 1))
+    except Exception:  # noqa: BLE001 - shapes of an unusual overload: bytes only
+        flops = 0.0
+    return max(nbytes, flops / FLOPS_PER_BYTE)
+
+
+def make_foreign_work(classify: Callable[[Any], Any]) -> Any:
+    """A torch dispatch mode that reports each aten operator to ``classify((name, cost_fn, frame))``
+    (a sealed callable owned by the harness; ``cost_fn()`` computes the cost lazily, only for
+    operators the candidate ran)."""
+    import sys
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    getframe = sys._getframe
+
+    class ForeignWork(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            result = func(*args, **kwargs)
+            name = str(getattr(func, "__name__", func))
+            if name.split(".")[0] not in NON_COMPUTE:
+                classify((name, lambda: op_cost(name, args, kwargs, result), getframe(1)))
+            return result
+
+    return ForeignWork()
+
+
+def warm_up() -> None:
+    """Enter a dispatch mode once: torch imports a good part of itself lazily the first time one
+    is used (~2 CPU-seconds), which belongs to the worker's warm start, not to a candidate's call."""
+    import torch
+
+    with make_foreign_work(lambda msg: None):
+        (torch.ones(2) + 1).sum()
+
+
+def device_records(prof: Any, accessors: dict[str, Any], limit: int = 200_000) -> list[list[Any]]:
+    """``[name, start_ns, duration_ns, stream]`` of every CUDA-device record of a stopped profiler,
+    read through ``accessors`` (the ``_KinetoEvent`` methods captured before the candidate loaded)."""
+    name, dev, start, dur, stream = (accessors[k] for k in ("name", "device_type", "start_ns", "duration_ns",
+                                                            "device_resource_id"))
+    out: list[list[Any]] = []
+    for e in prof.profiler.kineto_results.events():
+        if "CUDA" not in str(dev(e)):
             continue
-        us = float(getattr(ev, "device_time", 0.0) or getattr(ev, "cuda_time", 0.0) or 0.0)
-        if us <= 0:
-            continue
-        per_name[ev.name] = per_name.get(ev.name, 0.0) + us
-    total = sum(per_name.values())
-    own = sum(us for name, us in per_name.items() if name in own_names)
-    top = sorted(per_name.items(), key=lambda kv: -kv[1])[:8]
-    return ProfileReply(coverage=(own / total) if total > 0 else None, own_us=own / calls, total_us=total / calls,
-                        kernels=sorted(own_names), method="cuda_profiler",
-                        reason=None if total > 0 else "no device activity recorded",
-                        top=[{"name": n[:120], "us": us / calls, "own": n in own_names} for n, us in top])
+        out.append([str(name(e))[:200], int(start(e)), int(dur(e)), int(stream(e))])
+        if len(out) >= limit:
+            break
+    return out
+
+
+def kineto_accessors(torch: Any) -> dict[str, Any]:
+    """The profiler event accessors, captured now (pybind11 classes can be patched later)."""
+    ke = torch._C._autograd._KinetoEvent
+    return {k: getattr(ke, k) for k in ("name", "device_type", "start_ns", "duration_ns", "device_resource_id")}
+
+
+__all__ = ["NON_COMPUTE", "op_cost", "make_foreign_work", "warm_up", "device_records", "kineto_accessors",
+           "FLOPS_PER_BYTE"]

@@ -1,23 +1,27 @@
-"""The messages between the grader and a candidate's worker process (versioned: a remote worker speaks it).
+"""The messages between the grader and a worker process (versioned: a remote worker speaks it).
 
 Every message is one JSON object (never pickle: the worker runs untrusted code). Requests carry
 ``{"v": PROTOCOL_VERSION, "op": ...}`` and the fields of their dataclass; replies carry
-``{"v", "op", "ok", "tampered"}`` and the fields of theirs, or of :class:`Failure` when ``ok`` is
+``{"v", "op", "ok", "findings"}`` and the fields of theirs, or of :class:`Failure` when ``ok`` is
 false. A reply is *hostile input*: :func:`parse_reply` keeps only the declared fields and checks
 their types, and anything else is a :class:`ProtocolError` (charged to the candidate).
 
-Sequence for one candidate (each request answered before the next is sent)::
+Sequence for one worker (each request answered before the next is sent)::
 
-    worker -> hello (Hello: ready, pid, device)            sent once torch/triton/CUDA are up (warm)
-    load    (LoadRequest)    -> LoadReply                  reference + candidate built, same init seed
-    run     (RunRequest)     -> RunReply  (x trials)       inputs drawn in the worker from ``seed``
-    time    (TimeRequest)    -> TimeReply                  interleaved reference/candidate timing
-    profile (ProfileRequest) -> ProfileReply               coverage
+    worker -> hello (Hello: ready, pid, device)          once torch/triton/CUDA are up (warm)
+    load    (LoadRequest)   -> LoadReply                 role candidate: confined, audited, ModelNew built
+                                                         role reference: the task's Model alone
+    run     (RunRequest)    -> RunReply   (x trials)     inputs drawn in the worker from ``seed``
+    time    (TimeRequest)   -> TimeReply                 warm-up + timed calls, device records
+        worker -> {"op": "spot", "call": i}              after each timed call (candidate): keep it?
+        grader -> b"1" | b"0"                            decided now, by the grader
+    events  (EventsRequest) -> EventsReply               device records when no timing follows
     exit
 
-Inputs are drawn in the worker from a hidden seed sent in the request that uses it (the grader
+Inputs are drawn in the worker from a hidden seed sent in the request that uses them (the grader
 draws the same inputs with the same code, :meth:`LoadedTask.draw_inputs`), so no input tensor
-crosses the boundary; only candidate outputs come back, as raw files (:mod:`drkernel.env.tensor_io`).
+crosses the boundary; only outputs come back, as raw files (:mod:`drkernel.env.tensor_io`).
+``findings`` are ``[hack id, detail]`` pairs: what the worker's audit saw since its last reply.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 
 
 class ProtocolError(ValueError):
@@ -40,19 +44,28 @@ class ProtocolError(ValueError):
 @dataclass(frozen=True)
 class LoadRequest:
     op: ClassVar[str] = "load"
+    role: str
+    """``candidate`` or ``reference``."""
     task_source: str
     task_name: str
-    candidate_file: str
     device: str
     task_size: str
     entry_point: str
     init_seed: int
+    candidate_file: str | None = None
     reference_backend: str = "eager"
+    kernel_suffix: str = "__dk"
+    """Appended to the compiled names of the candidate's kernels (chosen by the grader)."""
+    parameter_shapes: list[list[int]] = field(default_factory=list)
+    """The reference's parameter shapes, in order: ModelNew must hold the same."""
+    buffer_shapes: list[list[int]] = field(default_factory=list)
+    launch_budget_ms: float = 1.0
 
 
 @dataclass(frozen=True)
 class RunRequest:
-    """One checked call on inputs ``draw_inputs(seed, distribution)``."""
+    """One checked call on inputs ``draw_inputs(seed, distribution)``, with the model's initial
+    parameter values transformed by ``reload_seed`` (None: the initial values themselves)."""
 
     op: ClassVar[str] = "run"
     seed: int
@@ -61,24 +74,27 @@ class RunRequest:
     prefill: str = "nan"
     prefill_bytes: int = 0
     out_name: str = "out"
+    reload_seed: int | None = None
 
 
 @dataclass(frozen=True)
 class TimeRequest:
+    """Calls on inputs ``draw_inputs(seeds[i]) * factors[i]``; the first ``warmup`` are not timed.
+    ``spot``: ask the grader after each timed call whether to keep its output."""
+
     op: ClassVar[str] = "time"
-    pool_seeds: list[int]
+    seeds: list[int]
     factors: list[float]
-    trials: int
     warmup: int
-    spot: list[int] = field(default_factory=list)
+    reload_seeds: list[int] = field(default_factory=list)
+    """Fresh parameter values for each call (empty: keep the current ones)."""
+    spot: bool = True
     launch_budget_ms: float = 1.0
 
 
 @dataclass(frozen=True)
-class ProfileRequest:
-    op: ClassVar[str] = "profile"
-    seed: int
-    calls: int = 3
+class EventsRequest:
+    op: ClassVar[str] = "events"
 
 
 @dataclass(frozen=True)
@@ -86,8 +102,8 @@ class ExitRequest:
     op: ClassVar[str] = "exit"
 
 
-REQUESTS: dict[str, type] = {c.op: c for c in (LoadRequest, RunRequest, TimeRequest, ProfileRequest, ExitRequest)}
-Request = typing.Union[LoadRequest, RunRequest, TimeRequest, ProfileRequest, ExitRequest]
+REQUESTS: dict[str, type] = {c.op: c for c in (LoadRequest, RunRequest, TimeRequest, EventsRequest, ExitRequest)}
+Request = typing.Union[LoadRequest, RunRequest, TimeRequest, EventsRequest, ExitRequest]
 
 
 def encode_request(req: Any) -> bytes:
@@ -131,18 +147,21 @@ class Failure:
 @dataclass
 class LoadReply:
     op: ClassVar[str] = "load"
-    threads_delta: int = 0
     load_s: float = 0.0
+    buffers_reloaded: bool = True
+    """Whether the candidate's floating buffers mirror the reference's (then they are reloaded too)."""
+    isolation: dict[str, Any] = field(default_factory=dict)
+    """What confines the candidate's process (Landlock ABI, what is refused), for the record."""
 
 
 @dataclass
 class RunReply:
     op: ClassVar[str] = "run"
-    launches: dict[str, int] = field(default_factory=dict)
-    launch_s: float = 0.0
+    launches: int = 0
+    """Launches of the candidate's kernels in the call (CPU interpreter; on a GPU the device records decide)."""
     call_s: float = 0.0
-    threads_delta: int = 0
-    os_threads_delta: int = 0
+    foreign: float = 0.0
+    """CPU: byte equivalents of torch work outside the candidate's kernels (drkernel.env.profiling)."""
     not_tensor: str | None = None
     lazy: str | None = None
     aliases_input: bool = False
@@ -156,38 +175,27 @@ class RunReply:
 @dataclass
 class TimeReply:
     op: ClassVar[str] = "time"
-    reference: dict[str, float] = field(default_factory=dict)
-    candidate: dict[str, float] = field(default_factory=dict)
-    candidate_event: dict[str, float] = field(default_factory=dict)
-    candidate_host: dict[str, float] = field(default_factory=dict)
-    reference_host: dict[str, float] = field(default_factory=dict)
-    host_gap_ms: dict[str, float] = field(default_factory=dict)
-    launch_ms: dict[str, float] = field(default_factory=dict)
-    calls_without_launch: int = 0
+    host_ms: list[float] = field(default_factory=list)
+    """Host clock around each call (CPU: the timing; GPU: diagnostics)."""
+    launch_ms: list[float] = field(default_factory=list)
+    foreign: list[float] = field(default_factory=list)
     spot: list[dict[str, Any]] = field(default_factory=list)
-    timed_total_ms: float = 0.0
     total_s: float = 0.0
-    samples: dict[str, list[float]] = field(default_factory=dict)
+    calls_without_launch: int = 0
+    events: list[list[Any]] = field(default_factory=list)
+    """GPU: ``[name, start_ns, duration_ns, stream]`` of every device record since the load."""
     persisting_l2_reset: bool | None = None
     launch_budget: dict[str, Any] | None = None
     """On CUDA: the hold used (``ms``, ``verified``, ``blocks``, ``reason`` when off); see budget.py."""
 
 
 @dataclass
-class ProfileReply:
-    op: ClassVar[str] = "profile"
-    coverage: float | None = None
-    reason: str | None = None
-    """Why coverage is None (e.g. torch compute outside the candidate's kernels on the CPU)."""
-    method: str = ""
-    own_us: float = 0.0
-    total_us: float = 0.0
-    kernels: list[str] = field(default_factory=list)
-    top: list[dict[str, Any]] = field(default_factory=list)
-    torch_ops: dict[str, int] = field(default_factory=dict)
+class EventsReply:
+    op: ClassVar[str] = "events"
+    events: list[list[Any]] = field(default_factory=list)
 
 
-REPLIES: dict[str, type] = {c.op: c for c in (Hello, LoadReply, RunReply, TimeReply, ProfileReply)}
+REPLIES: dict[str, type] = {c.op: c for c in (Hello, LoadReply, RunReply, TimeReply, EventsReply)}
 
 
 @dataclass
@@ -195,16 +203,17 @@ class Reply:
     """A parsed reply: ``body`` is the op's reply dataclass, or :class:`Failure`."""
 
     body: Any
-    tampered: list[str] = field(default_factory=list)
+    findings: list[list[str]] = field(default_factory=list)
+    """``[hack id, detail]`` pairs the worker's audit recorded (charged to the candidate)."""
 
     @property
     def ok(self) -> bool:
         return not isinstance(self.body, Failure)
 
 
-def encode_reply(body: Any, tampered: list[str] | None = None) -> bytes:
+def encode_reply(body: Any, findings: list[list[str]] | None = None) -> bytes:
     ok = not isinstance(body, Failure)
-    payload = {"v": PROTOCOL_VERSION, "op": body.op, "ok": ok, "tampered": sorted(set(tampered or [])),
+    payload = {"v": PROTOCOL_VERSION, "op": body.op, "ok": ok, "findings": list(findings or []),
                **dataclasses.asdict(body)}
     return json.dumps(payload, default=str).encode()
 
@@ -214,14 +223,21 @@ def parse_reply(raw: bytes, expect: str) -> Reply:
     data = _json_object(raw)
     if data.get("v") != PROTOCOL_VERSION:
         raise ProtocolError(f"reply speaks protocol {data.get('v')!r}, expected {PROTOCOL_VERSION}")
-    tampered = data.get("tampered", [])
-    if not isinstance(tampered, list) or not all(isinstance(t, str) for t in tampered):
-        raise ProtocolError("malformed 'tampered' list")
+    findings = data.get("findings", [])
+    if not isinstance(findings, list) or not all(
+            isinstance(f, list) and len(f) == 2 and all(isinstance(x, str) for x in f) for f in findings):
+        raise ProtocolError("malformed 'findings' list")
+    findings = [[f[0][:64], f[1][:300]] for f in findings[:64]]
     if data.get("ok") is False:
-        return Reply(_build(Failure, data), [t[:200] for t in tampered[:64]])
+        return Reply(_build(Failure, data), findings)
     if data.get("ok") is not True or data.get("op") != expect:
         raise ProtocolError(f"expected a {expect!r} reply, got op={data.get('op')!r} ok={data.get('ok')!r}")
-    return Reply(_build(REPLIES[expect], data), [t[:200] for t in tampered[:64]])
+    return Reply(_build(REPLIES[expect], data), findings)
+
+
+def is_spot_query(data: Any) -> bool:
+    """A worker's mid-request question (``{"op": "spot", "call": i}``) rather than a reply."""
+    return isinstance(data, dict) and data.get("op") == "spot" and "ok" not in data
 
 
 # -- helpers ----------------------------------------------------------------------------------------
@@ -284,6 +300,6 @@ def _type_ok(value: Any, hint: Any) -> bool:
     return isinstance(value, hint) if isinstance(hint, type) else True
 
 
-__all__ = ["PROTOCOL_VERSION", "ProtocolError", "LoadRequest", "RunRequest", "TimeRequest", "ProfileRequest",
-           "ExitRequest", "Hello", "Failure", "LoadReply", "RunReply", "TimeReply", "ProfileReply", "Reply",
-           "encode_request", "decode_request", "encode_reply", "parse_reply"]
+__all__ = ["PROTOCOL_VERSION", "ProtocolError", "LoadRequest", "RunRequest", "TimeRequest", "EventsRequest",
+           "ExitRequest", "Hello", "Failure", "LoadReply", "RunReply", "TimeReply", "EventsReply", "Reply",
+           "encode_request", "decode_request", "encode_reply", "parse_reply", "is_spot_query"]

@@ -215,10 +215,16 @@ class CandidateProcess:
         return text[-limit:]
 
     # -- messaging ----------------------------------------------------------------------------------
-    def request(self, req: Any, timeout_s: float) -> Any:
+    def request(self, req: Any, timeout_s: float, on_spot: Any = None) -> Any:
         """Send a protocol request, return its parsed :class:`~drkernel.env.protocol.Reply`. A hang,
-        crash, flood, memory overrun or malformed reply raises :class:`CandidateFailure`."""
-        from drkernel.env.protocol import ProtocolError, encode_request, parse_reply
+        crash, flood, memory overrun or malformed reply raises :class:`CandidateFailure`.
+
+        ``on_spot(call) -> bool`` answers the worker's questions during a timing request (keep the
+        output of timed call ``call``?); a question without ``on_spot``, or a malformed one, is a
+        protocol violation."""
+        import json
+
+        from drkernel.env.protocol import ProtocolError, encode_request, is_spot_query, parse_reply
 
         if self.failure:
             raise self.failure
@@ -226,11 +232,27 @@ class CandidateProcess:
             self.conn.send_bytes(encode_request(req))
         except (OSError, ValueError) as exc:
             raise self._died(f"could not send request: {exc}") from None
-        raw = self._recv_raw(timeout_s, what=req.op)
-        try:
-            return parse_reply(raw, req.op)
-        except ProtocolError as exc:
-            raise self._protocol(f"malformed reply during {req.op}: {exc}") from None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            raw = self._recv_raw(max(deadline - time.monotonic(), 0.001), what=req.op)
+            if raw[:1] == b"{" and b'"spot"' in raw[:40]:
+                try:
+                    data = json.loads(raw)
+                except ValueError:
+                    data = None
+                if is_spot_query(data):
+                    call = data.get("call")
+                    if on_spot is None or not isinstance(call, int) or isinstance(call, bool):
+                        raise self._protocol(f"unexpected question during {req.op}: {raw[:80]!r}")
+                    try:
+                        self.conn.send_bytes(b"1" if on_spot(call) else b"0")
+                    except (OSError, ValueError) as exc:
+                        raise self._died(f"could not answer during {req.op}: {exc}") from None
+                    continue
+            try:
+                return parse_reply(raw, req.op)
+            except ProtocolError as exc:
+                raise self._protocol(f"malformed reply during {req.op}: {exc}") from None
 
     def _recv_raw(self, timeout_s: float, what: str) -> bytes:
         deadline = time.monotonic() + timeout_s

@@ -1,6 +1,7 @@
 """Static hack checks on the candidate's syntax tree (AST, not regex).
 
-Each finding has a short id that ends up in ``EvalResult.hack_reasons``:
+Each finding has a short id that ends up in ``EvalResult.hack_reasons`` (the one table of ids, what
+they mean and what the model is told: :mod:`drkernel.env.hacks`):
 
 ================== ==========================================================================
 id                 what it flags (peers-and-hacks.md §2 pattern)
@@ -12,11 +13,13 @@ reference_access   subclassing the reference, ``super().forward``, importing unk
 threads            threads, processes, ``os.fork``, async executors (#12)
 cuda_stream        CUDA stream or graph creation / switching (#11)
 tensor_subclass    ``torch.Tensor`` subclasses, ``__torch_function__``/``__torch_dispatch__`` (#13)
+timing_module      imports time or timeit (timing is the grader's job)
 timer_patch        assigning to / ``setattr`` on library attributes: timers, checkers (#14)
 global_state       TF32 switches, matmul precision, default dtype, seeds (#17, #18)
 output_cache       functools caches, module-level containers mutated at run time, ``global``,
                    state stored on ``self`` during forward (#15, #16)
-introspection      gc, inspect, sys, importlib, ctypes, exec/eval, frame and ``__dict__`` access (#14, #24)
+introspection      gc, inspect, sys, importlib, ctypes, exec/eval, frame and ``__dict__`` access, torch._C,
+                   ``super(...)`` with arguments (#14, #24)
 file_access        os, pathlib, io, pickle, sockets, ``open``, ``torch.load``/``save`` (#22, #24)
 ================== ==========================================================================
 
@@ -44,13 +47,15 @@ _BANNED_IMPORTS = {
     "file_access": {"os", "pathlib", "io", "shutil", "pickle", "tempfile", "socket", "glob", "mmap", "urllib",
                     "requests", "http", "json", "shelve", "sqlite3", "dbm", "fcntl", "posix", "zipfile",
                     "tarfile", "csv", "h5py", "safetensors"},
-    "timer_patch": {"time", "timeit"},
+    "timing_module": {"time", "timeit"},
 }
 _INTROSPECTION_NAMES = {"__import__", "exec", "eval", "compile", "globals", "locals", "vars", "breakpoint",
                         "__builtins__", "getattr", "delattr"}
 _INTROSPECTION_ATTRS = {"__dict__", "__globals__", "__code__", "__closure__", "__subclasses__", "__bases__",
                         "__mro__", "f_back", "f_globals", "f_locals", "_getframe", "__builtins__", "modules",
-                        "__self__", "__func__", "__wrapped__", "gi_frame", "tb_frame"}
+                        "__self__", "__func__", "__wrapped__", "gi_frame", "tb_frame", "_C", "TensorBase",
+                        "_python_dispatch", "sys", "__class__", "__defaults__", "__kwdefaults__", "cell_contents",
+                        "_getframemodulename", "_current_frames"}
 _STREAM_ATTRS = {"Stream", "ExternalStream", "stream", "set_stream", "CUDAGraph", "graph", "StreamContext",
                  "make_graphed_callables", "default_stream", "current_stream"}
 _GLOBAL_STATE_CALLS = {"set_float32_matmul_precision", "set_default_dtype", "set_default_tensor_type",
@@ -266,6 +271,8 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         fname = _dotted(node.func) or ""
+        if fname == "super" and node.args:
+            self.add("introspection", node, "super(...) with arguments (reaches base-class internals)")
         last = fname.split(".")[-1]
         root = fname.split(".")[0]
         if last in ("setattr",):

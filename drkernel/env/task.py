@@ -211,7 +211,16 @@ class LoadedTask:
         except (RuntimeError, AssertionError) as exc:
             raise TaskError(f"task {self.task.name}: get_inputs() output cannot move to {device}: "
                             f"{type(exc).__name__}: {_first_line(exc)}") from exc
-        return transform_inputs(inputs, distribution, seed)
+        return transform_inputs(inputs, distribution, seed, fixed=self.fixed_inputs())
+
+    def fixed_inputs(self) -> tuple[int, ...]:
+        """Positions of ``get_inputs()`` the distributions leave as drawn (``FIXED_INPUTS``: e.g.
+        sorted offsets whose order carries meaning); they still change with every seed."""
+        fixed = getattr(self.module, "FIXED_INPUTS", ())
+        try:
+            return tuple(int(i) for i in fixed)
+        except (TypeError, ValueError):
+            raise TaskError(f"task {self.task.name}: FIXED_INPUTS must be a sequence of input positions") from None
 
     def _call(self, fn_name: str, seed: int, device: str | None = None) -> list[Any]:
         """``fn_name()`` of the task under :class:`SeededRandom` (and ``torch.device(device)`` when
@@ -260,15 +269,80 @@ def scale_floats(inputs: list[Any], factor: float) -> list[Any]:
             for x in inputs]
 
 
-def transform_inputs(inputs: list[Any], distribution: str, seed: int) -> list[Any]:
-    """Apply an input distribution to floating-point tensors (integers, e.g. indices, are kept)."""
+def transform_inputs(inputs: list[Any], distribution: str, seed: int, fixed: tuple[int, ...] = ()) -> list[Any]:
+    """Apply an input distribution to every tensor input (positions in ``fixed`` excepted).
+
+    ``native``: as drawn. ``negated``: floating tensors ``-x``, boolean tensors ``~x`` (a mask
+    flipped), integer tensors shuffled. ``scaled``: floating tensors ``x * s`` (``s`` log-uniform in
+    [1e-2, 1e2]), boolean and integer tensors shuffled. Shuffling keeps the multiset of values, so
+    indices stay in range while their positions change: a kernel that ignores a mask or an index
+    input cannot pass on luck. Every seed also draws new values (``get_inputs`` runs under it)."""
     if distribution == "native":
         return inputs
-    if distribution == "negated":
-        return scale_floats(inputs, -1.0)
-    if distribution == "scaled":
-        return scale_floats(inputs, distribution_scale(seed))
-    raise ValueError(f"unknown distribution {distribution!r}")
+    if distribution not in ("negated", "scaled"):
+        raise ValueError(f"unknown distribution {distribution!r}")
+    factor = -1.0 if distribution == "negated" else distribution_scale(seed)
+    gen = torch.Generator().manual_seed(int(seed) % (1 << 63))
+    out = []
+    for i, x in enumerate(inputs):
+        if not isinstance(x, torch.Tensor) or i in fixed:
+            out.append(x)
+        elif x.is_floating_point() or x.is_complex():
+            out.append(x * factor)
+        elif x.dtype == torch.bool and distribution == "negated":
+            out.append(~x)
+        elif x.numel() > 1:
+            perm = torch.randperm(x.numel(), generator=gen).to(x.device)
+            out.append(x.reshape(-1)[perm].reshape(x.shape))
+        else:
+            out.append(x)
+    return out
+
+
+def parameter_shapes(model: torch.nn.Module) -> tuple[list[list[int]], list[list[int]]]:
+    """Shapes of a model's floating parameters and buffers, in registration order."""
+    params = [list(p.shape) for p in model.parameters()]
+    buffers = [list(b.shape) for b in model.buffers() if b.is_floating_point()]
+    return params, buffers
+
+
+@torch.no_grad()
+def reload_parameters(model: torch.nn.Module, seed: int, buffers: bool = True) -> None:
+    """Load fresh values into a model's floating parameters (and buffers), in place, from ``seed``.
+
+    Parameters are inputs of the computation: a forward must read their current values, not
+    results derived from them in ``__init__``. The grader applies this to the reference and the
+    worker to ``ModelNew`` (same shapes, same order), before a correctness trial::
+
+        p <- p * (0.5 + u) + 0.1 * rms(p) * n,   u ~ U[0, 1), n ~ N(0, 1)   (rms(p) = 1 when p == 0)
+        b <- b * (0.5 + u)                                                  (buffers: signs kept, e.g.
+                                                                             running variances stay > 0)
+
+    drawn in order from a generator seeded with ``seed`` on each tensor's device, so both sides get
+    the same values (up to the rounding of ``rms``)."""
+    gens: dict[Any, torch.Generator] = {}
+
+    def gen(device: torch.device) -> torch.Generator:
+        g = gens.get(device)
+        if g is None:
+            g = gens[device] = torch.Generator(device=device).manual_seed(int(seed) % (1 << 63))
+        return g
+
+    for p in model.parameters():
+        if not p.is_floating_point():
+            continue
+        g = gen(p.device)
+        u = torch.rand(p.shape, generator=g, device=p.device, dtype=torch.float32)
+        n = torch.randn(p.shape, generator=g, device=p.device, dtype=torch.float32)
+        pf = p.detach().float()
+        rms = pf.pow(2).mean().sqrt() if p.numel() else pf.new_ones(())
+        rms = torch.where(rms > 0, rms, torch.ones_like(rms))
+        p.copy_((pf * (0.5 + u) + 0.1 * rms * n).to(p.dtype))
+    if buffers:
+        for b in model.buffers():
+            if b.is_floating_point():
+                u = torch.rand(b.shape, generator=gen(b.device), device=b.device, dtype=torch.float32)
+                b.copy_((b.float() * (0.5 + u)).to(b.dtype))
 
 
 def trial_seeds(master_seed: int | None, n: int, stream: str) -> list[int]:

@@ -1,35 +1,30 @@
-"""Timing protocol (runs in the candidate's process, driven by the grader).
+"""Calling the model, in the worker: one procedure for every call (checked, warm-up, timed), for
+the candidate and, in its own clean process, for the reference.
 
-Reference and candidate run in the same process on the same device, interleaved (the order
-alternates every trial), after warm-up. Per timed call:
+Per call, on CUDA::
 
-1. inputs: a fresh device copy of one of ``P`` input sets drawn from hidden seeds, multiplied by a
-   per-call factor (a power of two, negated when the task allows) — prepared outside the timed
-   region, so a cache keyed on pointers, shapes or values returns a wrong answer;
-2. on CUDA: persisting-L2 state is reset (``cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0)``
-   and ``cudaCtxResetPersistingL2Cache``, pattern #20), the device is synchronised, and the L2
-   cache is flushed by writing a buffer of ``max(2 x L2, 256 MiB)``. The flush is left *in the
-   queue* when the call starts (KernelBench's and ``triton.testing.do_bench``'s order): it keeps
-   the GPU busy (about 85 us on an H100) while the host runs the call's Python and launch path, so
-   the events measure device time rather than the launcher's overhead. A launch path that outlasts
-   the flush (two Triton launches: 0.12-0.22 ms) would put the launcher's jitter into the timing
-   (~5% between evaluations of one kernel), so the flush is followed by the *launch budget*
-   (``launch_budget_ms``, 1 ms by default): a hold kernel that fills every SM
-   (:mod:`drkernel.env.budget`, verified by a probe on first use), so the call's launches are queued
-   before the start event fires and no kernel on another stream can run beside the hold. Without
-   the queued flush and hold, a Triton kernel called from Python (30-50 us per launch) could never
-   match an eager op of the same device time (tests/gpu/solution_speed.py);
-3. the call is bracketed by CUDA events on the current stream *and* by a host clock around a
-   device-wide synchronisation. Work hidden on side streams or threads escapes the events but not
-   the host clock: a candidate whose host time exceeds its event time by much more than the
-   reference's does is flagged ``side_stream``. The reported time is the larger of the two
-   (event time, or host time minus the reference's host-event gap, which holds the flush's
-   remainder). The host time of the launch path alone (the call returning, before any
-   synchronisation) is reported as ``launch_ms``;
-4. every candidate call must launch one of its own Triton kernels, and a few calls chosen by the
-   grader have their outputs written back for checking against the reference.
+    inputs drawn from the call's hidden seed (x its factor)     harness work, before the fence
+    persisting-L2 reset, device sync, L2 flush (queued)          ''
+    launch budget: the hold kernel, every SM busy (queued)       ''
+    fence_begin (queued)                                         ---- the call's window opens
+    forward(*inputs)                                              the model's kernels queue behind
+    fence_end (queued), device-wide sync                         ---- the window closes
+    integrity: the ledger and the fingerprint, read at once
 
-Statistics: median (reported), and the 25th/75th percentiles, min and max as the spread.
+The queued flush and hold keep the GPU busy while the host runs the call's Python and launch path,
+so the window holds device time, not the launcher's jitter (issue 8: 12% -> 1.2% spread of one
+matmul). Every call the candidate sees is made this way (also correctness calls), so nothing about
+a call tells it whether it is timed. The time and the share of own kernels are not computed here:
+the grader reads them from the profiler's records between the fences
+(:mod:`drkernel.env.attribution`). The host clock around the call is reported for diagnostics only.
+
+On the CPU (Triton's interpreter) the call is timed with the host clock and its torch work outside
+own kernels is costed by the :class:`~drkernel.env.profiling.ForeignWork` mode.
+
+Timed calls of the candidate: after each call returns, the worker asks the grader whether to keep
+its output (:class:`SpotChannel`); the grader decides then, with its own random numbers, so no plan
+of checked calls exists in the candidate's process. Kept outputs are written back after the
+request's last call and its integrity check.
 """
 
 from __future__ import annotations
@@ -38,24 +33,18 @@ import statistics
 import time
 from typing import Any
 
-_perf = time.perf_counter
-_CUDA_LIMIT_PERSISTING_L2 = 0x06
 FLUSH_MIN_BYTES = 256 << 20
-"""The L2 flush writes at least this much (KernelBench's 256 MB): long enough on an H100 (~85 us) to
-cover a Python-launched kernel's host path, and at least twice any current GPU's L2."""
+"""The L2 flush writes at least this much (KernelBench's 256 MB): at least twice any current GPU's L2."""
+_CUDA_LIMIT_PERSISTING_L2 = 0x06
 
 
 def persisting_l2_resetter():
     """A function that clears any persisting-L2 carve-out through the CUDA runtime torch loaded.
 
-    The returned function sets ``cudaLimitPersistingL2CacheSize`` to 0 and resets persisting lines
-    (``cudaCtxResetPersistingL2Cache``); it returns True when both succeed. It runs before every
-    timed call: a candidate could set a carve-out and restore the limit itself, so the reset is
-    unconditional (on an H100 it costs the timed call nothing measurable, tests/gpu/l2_reset_cost.py;
-    the limit is not 0 at process start there, so a non-zero limit is no evidence of a hack).
-
-    Returns None when no runtime library can be found (then only the flush protects timing).
-    """
+    It sets ``cudaLimitPersistingL2CacheSize`` to 0 and resets persisting lines
+    (``cudaCtxResetPersistingL2Cache``) before every timed call (pattern #20; costs nothing
+    measurable on an H100, tests/benchmarks/diagnostics/l2_reset_cost.py). None when no runtime
+    library can be found (then only the flush protects timing)."""
     import ctypes
 
     path = None
@@ -67,9 +56,8 @@ def persisting_l2_resetter():
                     break
     except OSError:
         return None
-    candidates = [path] if path else []
-    candidates += ["libcudart.so", "libcudart.so.13", "libcudart.so.12"]
-    for name in candidates:
+    names = ([path] if path else []) + ["libcudart.so", "libcudart.so.13", "libcudart.so.12"]
+    for name in names:
         try:
             lib = ctypes.CDLL(name)
             set_limit, reset = lib.cudaDeviceSetLimit, lib.cudaCtxResetPersistingL2Cache
@@ -94,125 +82,95 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def summarize(xs: list[float]) -> dict[str, float]:
+    """Median (reported), quartiles, min, max and count of a list of times."""
+    if not xs:
+        return {"n": 0.0}
     return {"median": statistics.median(xs), "p25": _pct(xs, 0.25), "p75": _pct(xs, 0.75),
             "min": min(xs), "max": max(xs), "n": float(len(xs))}
 
 
-def time_interleaved(h: Any, req: Any) -> Any:
-    """Run a :class:`~drkernel.env.protocol.TimeRequest` in the worker; a candidate (or reference)
-    call that raises is the candidate's failure at the ``timing`` stage."""
+class SpotChannel:
+    """After a timed call: ``keep(i)`` asks the grader whether to keep call ``i``'s output.
+
+    Speaks the worker's connection framing (4-byte big-endian length, then the payload) with the
+    raw ``os.read``/``os.write`` of the connection's descriptor, captured before the candidate
+    loaded, so a later patch of Python's connection classes does not reach it."""
+
+    def __init__(self, fd: int):
+        import os
+
+        self._fd, self._read, self._write = fd, os.read, os.write
+
+    def keep(self, call: int) -> bool:
+        payload = b'{"v": 5, "op": "spot", "call": %d}' % call
+        msg = len(payload).to_bytes(4, "big", signed=True) + payload
+        while msg:
+            msg = msg[self._write(self._fd, msg):]
+        head = self._exact(4)
+        n = int.from_bytes(head, "big", signed=True)
+        if n != 1:
+            raise ConnectionError(f"malformed spot answer of {n} bytes")
+        return self._exact(1) == b"1"
+
+    def _exact(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = self._read(self._fd, n - len(buf))
+            if not chunk:
+                raise ConnectionError("the grader closed the connection")
+            buf += chunk
+        return buf
+
+
+def run_calls(h: Any, req: Any) -> Any:
+    """Serve a :class:`~drkernel.env.protocol.TimeRequest`: warm-up and timed calls of ``h.model``.
+
+    A call that raises is the model's failure at the ``timing`` stage."""
     from drkernel.env.protocol import TimeReply
+    from drkernel.env.task import scale_floats
     from drkernel.env.worker import CandidateError, _trim_traceback
 
     torch = h.torch
     cuda = h.device.startswith("cuda")
-    pool = [h.pool_inputs(s) for s in req.pool_seeds]
-    factors: list[float] = list(req.factors)  # one per timed call (and warm-up call)
-    trials, warmup = int(req.trials), int(req.warmup)
-    spot = set(req.spot)
-    flush = None
-    if cuda:
-        l2 = torch.cuda.get_device_properties(h.device).L2_cache_size or (50 << 20)
-        flush = torch.empty(max(2 * l2, FLUSH_MIN_BYTES) // 4, dtype=torch.float32, device=h.device)
-        start_ev = torch.cuda.Event(enable_timing=True)
-        end_ev = torch.cuda.Event(enable_timing=True)
-        torch.empty(1, device=h.device)  # make sure the runtime is initialised before resolving it
-        reset_l2 = persisting_l2_resetter()
-    else:
-        reset_l2 = None
+    seeds, factors = list(req.seeds), list(req.factors)
+    warmup = int(req.warmup)
+    n = len(seeds)
+    budget = h.budget if cuda else None
     budget_ms = max(0.0, float(req.launch_budget_ms))
-    budget = getattr(h, "budget", None) if cuda else None
-    hold = None
-    if budget is not None and budget_ms > 0:
-        try:
-            if budget.verify(torch):  # once per process; this request runs in the grader's exclusive section
-                hold = budget.hold
-        except Exception as exc:  # noqa: BLE001 - a probe that fails turns the hold off, with the reason
-            budget.verified, budget.reason = False, f"probe failed: {type(exc).__name__}: {exc}"[:300]
-    l2_resets_ok = []
-
-    from drkernel.env.task import scale_floats
-
-    def make_inputs(i: int) -> list[Any]:
-        return scale_floats(pool[i % len(pool)], factors[i % len(factors)])
-
-    def one_call(model: Any, i: int, grad_ctx: Any) -> tuple[float, float, float, Any]:
-        x = make_inputs(i)
-        if reset_l2 is not None:
-            l2_resets_ok.append(reset_l2())
-        h.sync()
-        if flush is not None:
-            flush.zero_()  # queued ahead of the start event: the GPU is busy while the host launches
-            if hold is not None:
-                hold(budget_ms)  # every SM held while the host launches the call
-        try:
-            with grad_ctx():
-                t0 = _perf()
-                if cuda:
-                    start_ev.record()
-                out = model(*x)
-                if cuda:
-                    end_ev.record()
-                t_launched = _perf()
-                h.sync()
-                t1 = _perf()
-        except BaseException as exc:  # noqa: BLE001 - the candidate's process: its failure, stage timing
-            who = "ModelNew.forward" if model is h.model else "the reference (run beside the candidate)"
-            raise CandidateError("timing", f"{who} raised while timed: "
-                                 + _trim_traceback(exc, h.candidate_file)) from None
-        host_ms = (t1 - t0) * 1e3
-        ev_ms = start_ev.elapsed_time(end_ev) if cuda else host_ms
-        return ev_ms, host_ms, (t_launched - t0) * 1e3, out
-
-    no_grad = torch.no_grad
-    t_begin = _perf()
-    for i in range(warmup):
-        one_call(h.reference, i, no_grad)
-        one_call(h.model, i, no_grad)
-    ref_ev, ref_host, cand_ev, cand_host = [], [], [], []
-    launch: dict[str, list[float]] = {"reference": [], "candidate": []}
+    kept: list[tuple[int, Any]] = []
+    host_ms, launch_ms, foreign = [], [], []
     calls_without_launch = 0
+    t_begin = time.perf_counter()
+    for i in range(n):
+        if req.reload_seeds:
+            h.reload(req.reload_seeds[i])
+        x = scale_floats(h.pool_inputs(seeds[i]), factors[i])
+        try:
+            out, call = h.call(x, "no_grad", timed=True)
+        except BaseException as exc:  # noqa: BLE001 - the model's failure, stage timing
+            raise CandidateError("timing", ("ModelNew.forward" if h.role == "candidate" else "the reference")
+                                 + " raised while timed: " + _trim_traceback(exc, h.candidate_file)) from None
+        host_ms.append(call["host_ms"])
+        launch_ms.append(call["launch_ms"])
+        foreign.append(call["foreign"])
+        if not cuda and h.role == "candidate" and i >= warmup and call["launches"] == 0:
+            calls_without_launch += 1
+        del x
+        if i >= warmup and req.spot and h.spot.keep(i):
+            kept.append((i, out))
+        del out
+    total_s = time.perf_counter() - t_begin
+    h.finish_request(full=True)  # integrity before anything the candidate could have patched runs
     spot_out = []
-    for i in range(trials):
-        order = ("ref", "cand") if i % 2 == 0 else ("cand", "ref")
-        for who in order:
-            if who == "ref":
-                ev, host, launched, _ = one_call(h.reference, i, no_grad)
-                ref_ev.append(ev)
-                ref_host.append(host)
-                launch["reference"].append(launched)
-            else:
-                h.recorder.reset()
-                ev, host, launched, out = one_call(h.model, i, no_grad)
-                if h.recorder.total() == 0:
-                    calls_without_launch += 1
-                cand_ev.append(ev)
-                cand_host.append(host)
-                launch["candidate"].append(launched)
-                if i in spot:
-                    desc = None
-                    if type(out) is torch.Tensor:
-                        desc = h.tensor_io.write_tensor(out, h.workdir, f"spot_{i}")
-                    spot_out.append({"call": i, "out": desc})
-                del out
-    total_s = _perf() - t_begin
-    ref_gap = statistics.median([hh - e for hh, e in zip(ref_host, ref_ev)])
-    cand_gap = statistics.median([hh - e for hh, e in zip(cand_host, cand_ev)])
-    # Reported time: event time, unless host time (minus the reference's normal gap) is larger.
-    cand_ms = [max(e, hh - ref_gap) for e, hh in zip(cand_ev, cand_host)]
-    ref_ms = ref_ev
-    return TimeReply(
-        reference=summarize(ref_ms), candidate=summarize(cand_ms),
-        candidate_event=summarize(cand_ev), candidate_host=summarize(cand_host),
-        reference_host=summarize(ref_host),
-        host_gap_ms={"reference": ref_gap, "candidate": cand_gap},
-        launch_ms={k: statistics.median(v) for k, v in launch.items()},
-        calls_without_launch=calls_without_launch, spot=spot_out,
-        timed_total_ms=sum(ref_host) + sum(cand_host), total_s=total_s,
-        samples={"reference": ref_ms, "candidate": cand_ms},
-        persisting_l2_reset=(all(l2_resets_ok) if l2_resets_ok else None),
-        launch_budget=_budget_report(h, budget, budget_ms) if cuda else None,
-    )
+    for i, out in kept:
+        desc = h.tensor_io.write_tensor(out, h.workdir, f"spot_{i}") if type(out) is torch.Tensor else None
+        spot_out.append({"call": i, "out": desc})
+    del kept
+    records = h.stop_profiler() if cuda else []
+    return TimeReply(host_ms=host_ms, launch_ms=launch_ms, foreign=foreign, spot=spot_out, total_s=total_s,
+                     calls_without_launch=calls_without_launch, events=records,
+                     persisting_l2_reset=h.l2_reset_ok if cuda else None,
+                     launch_budget=_budget_report(h, budget, budget_ms) if cuda else None)
 
 
 def _budget_report(h: Any, budget: Any, ms: float) -> dict[str, Any]:
@@ -220,3 +178,6 @@ def _budget_report(h: Any, budget: Any, ms: float) -> dict[str, Any]:
         return {"requested_ms": ms, "ms": 0.0, "verified": False,
                 "reason": getattr(h, "budget_error", None) or "no launch budget in this worker"}
     return budget.describe(ms)
+
+
+__all__ = ["run_calls", "summarize", "persisting_l2_resetter", "SpotChannel", "FLUSH_MIN_BYTES"]

@@ -13,9 +13,8 @@ stdout/stderr at the grader's output pipe, enters its work directory and runs
 budget, the hello) is unchanged. Fork costs ~0.1 s instead of ~3 s.
 
 Isolation is unchanged: one candidate per process, discarded after it; the zygote holds nothing
-but imported modules (and, on CPU, the profiler's warmed-up state; no seed, no reference, no CUDA
-context: CUDA is first touched in the child, so the fork is safe). The zygote never runs candidate
-code: it only forks.
+but imported modules (no seed, no reference, no CUDA context: CUDA is first touched in the child,
+so the fork is safe). The zygote never runs candidate code: it only forks.
 
 Protocol on the control socket (grader <-> zygote, one zygote per device environment):
 
@@ -44,9 +43,11 @@ import time
 from typing import Any
 
 #: What the zygote imports before serving: everything a worker imports before its candidate.
-PRELOAD = ("numpy", "torch", "torch.profiler", "triton", "triton.language", "drkernel.env.worker",
-           "drkernel.env.protocol", "drkernel.env.launches", "drkernel.env.tensor_io", "drkernel.env.compare",
-           "drkernel.env.profiling", "drkernel.env.task", "drkernel.env.timing", "drkernel.env.budget")
+PRELOAD = ("numpy", "torch", "torch.profiler", "torch.utils._python_dispatch", "triton", "triton.language",
+           "triton.runtime.cache", "drkernel.env.worker", "drkernel.env.protocol", "drkernel.env.launches",
+           "drkernel.env.tensor_io", "drkernel.env.compare", "drkernel.env.profiling", "drkernel.env.task",
+           "drkernel.env.timing", "drkernel.env.budget", "drkernel.env.audit", "drkernel.env.confine",
+           "drkernel.env.triton_cache", "drkernel.env.hacks")
 
 #: ``returncode`` of a child whose zygote died before reporting its status.
 EXIT_UNKNOWN = -1000
@@ -124,15 +125,10 @@ def serve(fd: int) -> int:
         for name in PRELOAD:
             importlib.import_module(name)
         if os.environ.get("DRKERNEL_WORKER_DEVICE") == "cpu":
-            # the profiler's one-time start-up (~2 s), which every worker pays at its hello: on CPU
-            # it is done once here (its idle thread does not survive the fork; the children's
-            # profiles work and start in milliseconds). On CUDA it stays in the child with CUPTI,
-            # after the CUDA context: nothing CUDA may be touched before the fork.
-            import torch
-            from torch.profiler import ProfilerActivity, profile
+            # the dispatch mode's lazy imports (~2 s), which every CPU worker would pay in its first call
+            from drkernel.env.profiling import warm_up
 
-            with profile(activities=[ProfilerActivity.CPU]):
-                torch.empty(1)
+            warm_up()
         touched = _gpu_device_files()
         if touched:  # CUDA was initialised by an import: a forked child could not use it
             raise RuntimeError(f"the preload opened {touched[0]}: CUDA cannot be used after a fork")

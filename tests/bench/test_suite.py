@@ -39,7 +39,7 @@ def test_eval_config_cpu_is_light_and_overrides_win():
     full = suite.eval_config(device="cpu", light=False, timing_trials=7, task_size=None)
     assert full.timing_trials == 7 and full.warmup == 1  # warmup 1 comes from env.yaml itself
     cuda = suite.eval_config(device="cuda")
-    assert cuda.device == "cuda" and cuda.timing_trials == 3 and cuda.input_pool == EvalConfig().input_pool
+    assert cuda.device == "cuda" and cuda.timing_trials == 3 and cuda.spot_rate == EvalConfig().spot_rate
 
 
 def test_select_patterns():

@@ -56,6 +56,10 @@ def test_fixture_verdict(entry, grader):
         assert set(expect["hack_reasons_any"]) & set(r.hack_reasons), summary
     if expect.get("compiled") is False:
         assert r.error is not None and r.error.stage == "compile", summary
+    if "passes" in expect:
+        assert r.passed == expect["passes"], summary
+    if "error_stage" in expect:
+        assert r.error is not None and r.error.stage == expect["error_stage"], summary
     if "coverage_max" in expect:  # a torch fallback: low coverage, or none with the reason (CPU, defect 9)
         assert (r.coverage is not None and r.coverage <= expect["coverage_max"]) or (
             r.coverage is None and (r.details.get("profile") or {}).get("reason")), summary

@@ -32,10 +32,10 @@ class ModelNew(nn.Module):
 '''
 
 
-@pytest.mark.parametrize("limit, stage", [(3, "timing"), pytest.param(7, "profiling", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("limit, stage", [(3, "timing"), pytest.param(6, "timing", marks=pytest.mark.slow)])
 def test_candidate_raising_while_timed_or_profiled_fails(limit, stage):
     """Defect 1: a kernel that raises while timed (or profiled) was reported passed."""
-    # calls: trial 1, determinism re-run, then timing (1 warm-up + 3 timed), then profiling
+    # calls: trial 1, determinism re-run, then timing (1 warm-up + 3 timed; profiled too)
     r = evaluate(PROBE_TASK, RAISE_ON_CALL.replace("LIMIT", str(limit)), seed=0, config=TIMED)
     assert r.compiled and not r.correct and not r.passed, r
     assert r.error is not None and r.error.stage == stage and "kernel blew up" in r.error.message
@@ -57,22 +57,27 @@ def test_grader_side_references_are_done_before_the_candidate_runs(tmp_path):
     """Defect 3: the grader's own reference forwards ran after the candidate's process had started
     (a candidate filling GPU memory in __init__ made evaluate() raise CUDA OOM in the grader). Here
     the reference raises OOM once the candidate has been built: the grader must not notice."""
-    marker = tmp_path / "candidate_built"
+    import tempfile
+
+    from drkernel.env.sandbox import workdir_root_default
+
+    name = f"candidate_built_{os.getpid()}_{time.monotonic_ns()}"
+    pattern = os.path.join(workdir_root_default() or tempfile.gettempdir(), "drkernel-*", name)
     task = PROBE_TASK.replace("    def forward(self, x):\n        return x * 2.0", f'''    def forward(self, x):
-        import os
-        if os.path.exists({str(marker)!r}):
+        import glob
+        if glob.glob({pattern!r}):
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         return x * 2.0''')
     cand = _KERNEL + f'''
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
-        open({str(marker)!r}, "w").close()
+        open({name!r}, "w").close()  # in its own work directory
     def forward(self, x):
         return _launch(x)
 '''
     r = evaluate(task, cand, seed=0, config=FAST.with_overrides(trials_per_distribution=3))
-    assert marker.exists() and r.compiled and r.correct, r.error
+    assert r.compiled and r.correct, r.error
 
 
 def test_candidate_sees_only_its_gpu(monkeypatch):
@@ -164,12 +169,18 @@ def test_cancel_kills_the_candidate(tmp_path):
     """Defect 6: an evaluation can be cancelled from outside; its process group is killed."""
     from drkernel.env.evaluation import CancelToken, EvaluationCancelled
 
-    pidfile = tmp_path / "pid"
+    import glob
+    import tempfile
+
+    from drkernel.env.sandbox import workdir_root_default
+
+    name = f"pid_{os.getpid()}_{time.monotonic_ns()}"
+    pattern = os.path.join(workdir_root_default() or tempfile.gettempdir(), "drkernel-*", name)
     cand = _KERNEL + f'''
 import os, time
 class ModelNew(nn.Module):
     def forward(self, x):
-        open({str(pidfile)!r}, "w").write(str(os.getpid()))
+        open({name!r}, "w").write(str(os.getpid()))  # in its own work directory
         time.sleep(300)
         return _launch(x)
 '''
@@ -185,10 +196,10 @@ class ModelNew(nn.Module):
     t = threading.Thread(target=run)
     t.start()
     deadline = time.monotonic() + 60
-    while not pidfile.exists() and time.monotonic() < deadline:
+    while not glob.glob(pattern) and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(0.2)
-    pid = int(pidfile.read_text())
+    pid = int(open(glob.glob(pattern)[0]).read())
     token.cancel()
     t.join(timeout=20)
     assert not t.is_alive() and raised
@@ -267,11 +278,12 @@ class ModelNew(nn.Module):
 
 
 def test_cpu_coverage_is_not_inflated_by_a_torch_fallback():
-    """Defect 9: a token Triton kernel plus the real work in torch got ~0.98 coverage on CPU."""
+    """Defect 9: a token Triton kernel plus the real work in torch got ~0.98 coverage on CPU; issue
+    19: work outside own kernels is a verdict, not only a reward term."""
     r = evaluate(MATMUL_TASK, LAZY_MATMUL, seed=0, config=TIMED)
-    assert r.correct, r.error
-    assert r.coverage is None
-    assert "aten::" in r.details["profile"]["reason"] and "matmul" in r.details["profile"]["reason"]
+    assert not r.correct and not r.passed and r.error.stage == "profiling", r.error
+    assert r.coverage is not None and r.coverage < 0.05
+    assert "not done in your Triton kernels" in r.feedback
     honest = evaluate(PROBE_TASK, HONEST, seed=0, config=TIMED)
     assert honest.passed and honest.coverage == 1.0
 

@@ -23,13 +23,14 @@ def test_requests_round_trip_with_their_version():
 
 
 def test_replies_are_parsed_as_hostile_input():
-    ok = P.parse_reply(P.encode_reply(P.RunReply(launches={"k": 2}, call_s=0.5), ["x"]), "run")
-    assert ok.ok and ok.body.launches == {"k": 2} and ok.tampered == ["x"]
+    ok = P.parse_reply(P.encode_reply(P.RunReply(launches=2, call_s=0.5), [["host_compute", "x"]]), "run")
+    assert ok.ok and ok.body.launches == 2 and ok.findings == [["host_compute", "x"]]
     fail = P.parse_reply(P.encode_reply(P.Failure(stage="timing", error="boom")), "time")
     assert not fail.ok and fail.body.stage == "timing" and fail.body.fault == "candidate"
     good = json.loads(P.encode_reply(P.RunReply()))
-    for bad in ({**good, "launches": {"k": "many"}}, {**good, "call_s": "fast"}, {**good, "v": 99},
-                {**good, "op": "time"}, {**good, "ok": "yes"}, {**good, "tampered": "nothing"}, [1, 2]):
+    for bad in ({**good, "launches": "many"}, {**good, "call_s": "fast"}, {**good, "v": 99},
+                {**good, "op": "time"}, {**good, "ok": "yes"}, {**good, "findings": "nothing"},
+                {**good, "findings": [["only one"]]}, {**good, "findings": [[1, 2]]}, [1, 2]):
         with pytest.raises(P.ProtocolError):
             P.parse_reply(json.dumps(bad).encode(), "run")
     assert not hasattr(P.parse_reply(json.dumps({**good, "evil": 1}).encode(), "run").body, "evil")
@@ -68,10 +69,17 @@ def test_launch_budget_is_on_by_default_validated_and_sent_with_the_time_request
 
     from drkernel.env.config import EvalConfig
 
-    assert EvalConfig().launch_budget_ms == 1.0 and P.TimeRequest([1], [1.0], 1, 0).launch_budget_ms == 1.0
+    assert EvalConfig().launch_budget_ms == 1.0 and P.TimeRequest([1], [1.0], 0).launch_budget_ms == 1.0
     assert EvalConfig.from_env_yaml({"timing": {"launch_budget_ms": 0.5}}).launch_budget_ms == 0.5
     with pytest.raises(ValueError, match="launch_budget_ms"):
         EvalConfig(launch_budget_ms=-1).validate()
-    req = P.TimeRequest(pool_seeds=[1], factors=[1.0], trials=1, warmup=0, launch_budget_ms=0.5)
+    req = P.TimeRequest(seeds=[1], factors=[1.0], warmup=0, reload_seeds=[3], launch_budget_ms=0.5)
     assert P.decode_request(P.encode_request(req)) == req
 
+
+
+def test_spot_questions_are_told_apart_from_replies():
+    """A worker asks mid-request whether to keep a timed output; a reply is never mistaken for one."""
+    assert P.is_spot_query(json.loads(b'{"v": 5, "op": "spot", "call": 3}'))
+    assert not P.is_spot_query(json.loads(P.encode_reply(P.TimeReply())))
+    assert not P.is_spot_query([1]) and not P.is_spot_query({"op": "spot", "ok": True})

@@ -52,16 +52,16 @@ class ModelNew(nn.Module):
     assert not r.compiled and r.error.stage == "compile" and "exit code 0" in r.error.message
 
 
-def test_segfault_in_forward_is_a_failed_result():
+def test_native_crash_in_forward_is_a_failed_result():
     r = grade('''
-import ctypes
+import os
 class ModelNew(nn.Module):
     def forward(self, x):
-        ctypes.string_at(0)
+        os.abort()
         return _launch(x)
 ''')
     assert r.compiled and not r.correct and r.error.stage == "correctness"
-    assert "SIGSEGV" in r.error.message
+    assert "SIGABRT" in r.error.message
 
 
 @pytest.mark.slow
@@ -110,9 +110,10 @@ def test_evaluate_restores_the_callers_tf32_settings():
         torch.backends.cuda.matmul.allow_tf32 = old
 
 
-def test_killing_its_zygote_fails_only_that_candidate():
-    """A forked candidate's parent is the zygote, not the grader: killing it (then itself) is this
-    candidate's crash; the next candidate gets a new zygote and passes."""
+def test_a_candidate_cannot_kill_its_zygote():
+    """A forked candidate's parent is the zygote, not the grader. Signalling it is refused (the audit
+    refuses os.kill; where the kernel has Landlock scoping, so does the kernel): that candidate is
+    flagged and the next candidate passes."""
     from drkernel.env.sandbox import start_method_default
 
     if start_method_default() != "zygote":
@@ -121,16 +122,11 @@ def test_killing_its_zygote_fails_only_that_candidate():
 import os, signal
 class ModelNew(nn.Module):
     def forward(self, x):
-        with open(f"/proc/{os.getppid()}/cmdline", "rb") as fh:  # never the test runner
-            if b"drkernel.env.zygote" not in fh.read():
-                raise RuntimeError("my parent is not a zygote")
         os.kill(os.getppid(), signal.SIGKILL)
-        os.kill(os.getpid(), signal.SIGKILL)
         return _launch(x)
 ''')
-    assert r.compiled and not r.correct and r.error.stage == "correctness", r.error
-    assert "exited" in r.error.message or "connection lost" in r.error.message, r.error.message
-    assert "not a zygote" not in r.error.message
+    assert r.compiled and not r.passed and "forbidden_operation" in r.hack_reasons, r.error
+    assert any("os.kill" in i["detail"] for i in r.details["integrity"]), r.details["integrity"]
     assert grade('''
 class ModelNew(nn.Module):
     def forward(self, x):

@@ -1,0 +1,137 @@
+"""Reading a worker's device records in the grader: each call's time, and whose kernels it ran.
+
+The worker's CUDA profiler records every kernel, copy and memset with its device start, duration
+and stream (:func:`drkernel.env.profiling.device_records`). The harness brackets every call with two
+fence kernels on the call's stream (:class:`drkernel.env.budget.Fences`). Here, in the grader::
+
+    window i     = from the end of fence_begin[i] to the start of fence_end[i]   (the call's stream)
+    members i    = records on the call's stream inside window i, and records on any other stream
+                   that start between fence_begin[i] and the call's stream's next record after
+                   fence_end[i] (work the call left on side streams finishes before the
+                   device-wide synchronisation that follows it)
+    time i       = max(start of fence_end[i], end of every member) - end of fence_begin[i]
+    own i        = device time of members whose name carries the candidate's kernel suffix
+    coverage     = sum(own) / sum(device time of all members)      over the calls taken together
+
+Side-stream work and host-side computation are inside the time by construction (the window stays
+open until the call returns), so neither can hide. A name the candidate does not control decides
+what is its own (:func:`drkernel.env.launches.install_naming`), not a profiler label. Records that
+do not bracket the calls the grader made (a fence too many or too few, out of order, on two
+streams) are forged: :class:`ForgedRecords`.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Any
+
+FENCE_BEGIN = "drkernel_fence_begin"
+FENCE_END = "drkernel_fence_end"
+DTOH_PREFIX = "Memcpy DtoH"
+
+
+class ForgedRecords(ValueError):
+    """The device records do not bracket the calls the grader made."""
+
+
+@dataclass
+class CallWindow:
+    time_ns: int
+    device_ns: int
+    """Device time of everything the call ran (overlapping records counted each)."""
+    own_ns: int
+    own_launches: int
+    dtoh_ns: int
+    other_stream_ns: int
+    by_name: dict[str, int] = field(default_factory=dict)
+
+
+def _records(events: Any) -> list[tuple[int, int, int, str]]:
+    if not isinstance(events, list):
+        raise ForgedRecords("device records are not a list")
+    out = []
+    for e in events:
+        if (not isinstance(e, list) or len(e) != 4 or not isinstance(e[0], str)
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in e[1:])):
+            raise ForgedRecords(f"malformed device record {str(e)[:80]}")
+        name, start, dur, stream = e
+        if dur < 0:
+            raise ForgedRecords(f"negative duration in device record {name[:60]}")
+        out.append((start, dur, stream, name))
+    out.sort()
+    return out
+
+
+def cut_windows(events: Any, n_calls: int, own_suffix: str | None) -> list[CallWindow]:
+    """One :class:`CallWindow` per call, in call order (see the module doc)."""
+    recs = _records(events)
+    begins = [r for r in recs if r[3] == FENCE_BEGIN]
+    ends = [r for r in recs if r[3] == FENCE_END]
+    if len(begins) != n_calls or len(ends) != n_calls:
+        raise ForgedRecords(f"{len(begins)} begin and {len(ends)} end fences for {n_calls} calls")
+    if n_calls == 0:
+        return []
+    streams = {r[2] for r in begins + ends}
+    if len(streams) != 1:
+        raise ForgedRecords("the fences ran on more than one stream")
+    main = streams.pop()
+    for i in range(n_calls):
+        if not begins[i][0] <= ends[i][0] or (i + 1 < n_calls and not ends[i][0] <= begins[i + 1][0]):
+            raise ForgedRecords(f"the fences of call {i} are out of order")
+    main_starts = [r[0] for r in recs if r[2] == main]
+    windows = []
+    for i in range(n_calls):
+        lo = begins[i][0] + begins[i][1]
+        hi = ends[i][0]
+        after_end = ends[i][0] + ends[i][1]
+        j = bisect.bisect_left(main_starts, after_end)
+        boundary = main_starts[j] if j < len(main_starts) else float("inf")
+        w = CallWindow(time_ns=max(hi - lo, 0), device_ns=0, own_ns=0, own_launches=0, dtoh_ns=0, other_stream_ns=0)
+        last_end = hi
+        k = bisect.bisect_left(recs, (begins[i][0],))
+        while k < len(recs) and recs[k][0] < boundary:
+            start, dur, stream, name = recs[k]
+            k += 1
+            if name in (FENCE_BEGIN, FENCE_END):
+                continue
+            if stream == main:
+                if not lo <= start < hi:
+                    continue
+            else:
+                w.other_stream_ns += dur
+            w.device_ns += dur
+            last_end = max(last_end, start + dur)
+            short = name[:120]
+            w.by_name[short] = w.by_name.get(short, 0) + dur
+            if own_suffix and own_suffix in name:
+                w.own_ns += dur
+                w.own_launches += 1
+            elif name.startswith(DTOH_PREFIX):
+                w.dtoh_ns += dur
+        w.time_ns = max(last_end - lo, 0)
+        windows.append(w)
+    return windows
+
+
+def coverage_of(windows: list[CallWindow]) -> float | None:
+    """Share of the calls' device time spent in own kernels (None: no device activity)."""
+    total = sum(w.device_ns for w in windows)
+    return (sum(w.own_ns for w in windows) / total) if total > 0 else None
+
+
+def top_kernels(windows: list[CallWindow], own_suffix: str | None, k: int = 8) -> list[dict[str, Any]]:
+    """The largest kernels by device time per call, marked own or not (suffix stripped for display)."""
+    agg: dict[str, int] = {}
+    for w in windows:
+        for name, ns in w.by_name.items():
+            agg[name] = agg.get(name, 0) + ns
+    n = max(len(windows), 1)
+    out = []
+    for name, ns in sorted(agg.items(), key=lambda kv: -kv[1])[:k]:
+        own = bool(own_suffix) and own_suffix in name
+        out.append({"name": name.replace(own_suffix, "") if own else name, "us": ns / n / 1e3, "own": own})
+    return out
+
+
+__all__ = ["CallWindow", "ForgedRecords", "cut_windows", "coverage_of", "top_kernels", "FENCE_BEGIN", "FENCE_END"]

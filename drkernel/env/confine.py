@@ -1,0 +1,181 @@
+"""Operating-system confinement of the candidate's process (Linux Landlock), applied in the worker
+after its warm start (torch, triton, the CUDA context and the profiler are up) and before the
+candidate's module is imported.
+
+What it confines (each only where the kernel supports it; :func:`confine` says what applied):
+
+* **Writes**: only the evaluation's private work directory (its files, Triton's cache for this
+  evaluation, temporary files) and the device files the process already uses (``/dev/null``,
+  ``/dev/nvidia*``...). Nothing the candidate writes survives the evaluation: the directory is
+  deleted with the process.
+* **Reads and execution**: the Python installation, the installed libraries, the drkernel package
+  (not the repository around it: no bundled solutions), system directories (``/usr``, ``/lib``,
+  ``/etc``, ``/proc``, ``/sys``, ``/opt``), Triton's shared compilation cache, the work directory.
+  Other evaluations' directories, the grader's state and the user's home are out of reach.
+* **Network**: TCP bind and connect are refused (Landlock ABI >= 4).
+* **Signals and abstract UNIX sockets** outside the process (ABI >= 6): the candidate cannot signal
+  the grader, the zygote or other workers.
+
+The process also gets ``TMPDIR``, ``HOME`` and the CUDA JIT cache pointed into the work directory,
+and ``PR_SET_NO_NEW_PRIVS``. Landlock confines the calling thread and the threads and processes
+it starts afterwards (threads that existed before, such as the CUDA driver's, are native code the
+candidate cannot run Python in). Where Landlock is unavailable (older kernels, some sandboxes) the
+result says so and the audit hook (:mod:`drkernel.env.audit`) still refuses the same operations
+when the candidate makes them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import stat
+import sys
+import sysconfig
+from typing import Any
+
+_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446  # x86_64 and aarch64 alike
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH = 1
+_PR_SET_NO_NEW_PRIVS = 38
+
+# filesystem access rights, by ABI version
+EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+REMOVE_DIR, REMOVE_FILE, MAKE_CHAR, MAKE_DIR = 1 << 4, 1 << 5, 1 << 6, 1 << 7
+MAKE_REG, MAKE_SOCK, MAKE_FIFO, MAKE_BLOCK, MAKE_SYM = 1 << 8, 1 << 9, 1 << 10, 1 << 11, 1 << 12
+REFER, TRUNCATE, IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
+_FS_V1 = (1 << 13) - 1
+NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1
+SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
+
+READ = READ_FILE | READ_DIR | EXECUTE
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0: not available)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        v = libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
+        return max(int(v), 0)
+    except (OSError, AttributeError):
+        return 0
+
+
+def read_roots(extra: list[str] | None = None) -> list[str]:
+    """Directories the candidate's process may read and execute from."""
+    roots = {"/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/proc", "/sys", "/opt", "/run"}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib", "scripts", "include"):
+        p = sysconfig.get_path(key)
+        if p:
+            roots.add(p)
+    roots.update({sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))})
+    for entry in sys.path:  # site-packages and .pth directories; never the repository root
+        if entry and ("site-packages" in entry or "dist-packages" in entry or entry.startswith(sys.base_prefix)):
+            roots.add(entry)
+    for mod in ("torch", "triton", "numpy", "drkernel"):
+        m = sys.modules.get(mod)
+        f = getattr(m, "__file__", None)
+        if f:
+            roots.add(os.path.dirname(os.path.realpath(f)))
+    roots.update(extra or [])
+    return sorted({os.path.realpath(r) for r in roots if r and os.path.exists(r)})
+
+
+def _device_files() -> list[str]:
+    """Character devices the process may keep using (GPU, /dev/null, random)."""
+    out = []
+    for base in ("/dev", "/dev/nvidia-caps", "/dev/dri"):
+        try:
+            names = os.listdir(base)
+        except OSError:
+            continue
+        for n in names:
+            p = os.path.join(base, n)
+            try:
+                if stat.S_ISCHR(os.stat(p).st_mode):
+                    out.append(p)
+            except OSError:
+                continue
+    return out
+
+
+def confine(workdir: str, extra_read: list[str] | None = None) -> dict[str, Any]:
+    """Confine this process (see the module doc); returns what applied, for ``details["isolation"]``.
+
+    Never raises: a kernel without Landlock gives ``{"landlock": 0, ...}``."""
+    report: dict[str, Any] = {"landlock": 0, "writes": "unrestricted", "reads": "unrestricted", "network": "open",
+                              "signals": "open"}
+    abi = landlock_abi()
+    report["landlock"] = abi
+    if abi <= 0:
+        report["reason"] = "Landlock is not available in this kernel"
+        return report
+    fs = _FS_V1 | (REFER if abi >= 2 else 0) | (TRUNCATE if abi >= 3 else 0) | (IOCTL_DEV if abi >= 5 else 0)
+    net = (NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 else 0
+    scoped = (SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 else 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    attr = _RulesetAttr(fs, net, scoped)
+    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else (16 if abi >= 4 else 8)
+    fd = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if fd < 0:
+        report["reason"] = f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}"
+        return report
+    problems: list[str] = []
+
+    def allow(path: str, access: int) -> None:
+        try:
+            pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError as exc:
+            problems.append(f"{path}: {exc.strerror}")
+            return
+        try:
+            if not os.path.isdir(path):
+                access &= READ_FILE | WRITE_FILE | EXECUTE | TRUNCATE | IOCTL_DEV
+            rule = _PathBeneath(access & fs, pfd)
+            if libc.syscall(_SYS_ADD_RULE, fd, _RULE_PATH_BENEATH, ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+                problems.append(f"{path}: {os.strerror(ctypes.get_errno())}")
+        finally:
+            os.close(pfd)
+
+    try:
+        for root in read_roots(extra_read):
+            allow(root, READ)
+        for dev in _device_files():
+            allow(dev, READ_FILE | WRITE_FILE | TRUNCATE | IOCTL_DEV)
+        allow(os.path.realpath(workdir), fs)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            report["reason"] = f"prctl(NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}"
+            return report
+        if libc.syscall(_SYS_RESTRICT_SELF, fd, ctypes.c_uint32(0)) != 0:
+            report["reason"] = f"landlock_restrict_self failed: {os.strerror(ctypes.get_errno())}"
+            return report
+    finally:
+        os.close(fd)
+    report.update(writes="work directory only", reads="libraries, system directories, work directory",
+                  network="TCP refused" if net else "open (Landlock ABI < 4)",
+                  signals="own process only" if scoped else "open (Landlock ABI < 6)")
+    if problems:
+        report["rule_problems"] = problems[:8]
+    return report
+
+
+def private_environment(workdir: str) -> dict[str, str]:
+    """Environment variables that keep the candidate's files in its work directory."""
+    tmp = os.path.join(workdir, "tmp")
+    os.makedirs(tmp, exist_ok=True)
+    return {"TMPDIR": tmp, "TEMP": tmp, "TMP": tmp, "HOME": workdir,
+            "CUDA_CACHE_PATH": os.path.join(workdir, "cuda-cache"),
+            "TRITON_CACHE_DIR": os.path.join(workdir, "triton-cache"),
+            "TRITON_CACHE_MANAGER": "drkernel.env.triton_cache:LayeredCacheManager"}
+
+
+__all__ = ["confine", "landlock_abi", "read_roots", "private_environment"]
