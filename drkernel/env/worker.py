@@ -166,8 +166,8 @@ class Harness:
         args, kwargs = split_init_inputs(init)
         self.candidate_file = str(Path(req.candidate_file).resolve())
         self.recorder.own_file = self.candidate_file
+        self._start_measuring(req)  # the profiler starts before the process is confined
         self._confine(req)
-        self._start_measuring(req)
         self.auditor.enforcing = True
         try:
             module = import_file(self.candidate_file)
@@ -339,6 +339,9 @@ class Harness:
         if shared_cache:
             env[SHARED_ENV] = shared_cache
         os.environ.update(env)
+        import tempfile
+
+        tempfile.tempdir = env["TMPDIR"]  # it may have been computed (as /tmp) before
         os.makedirs(env["TRITON_CACHE_DIR"], exist_ok=True)
         install_naming(self.candidate_file, req.kernel_suffix)
         self.isolation = confine(str(self.workdir), extra_read=[shared_cache] if shared_cache else None)

@@ -30,7 +30,10 @@ def test_honest_matmul_passes_with_timing_and_coverage():
     assert r.details["timing"]["persisting_l2_reset"] is True
     budget = r.details["timing"]["launch_budget"]
     assert budget["verified"] and budget["ms"] == 1.0, budget
-    assert "matmul_kernel" in r.details["profile"]["kernels"]
+    top = r.details["profile"]["top"]
+    assert any(t["own"] and t["name"] == "matmul_kernel" for t in top), top  # suffix stripped for display
+    assert r.details["isolation"].get("writes") == "work directory only", r.details["isolation"]
+    assert r.details["timing"]["method"] == "device records between fences"
 
 
 def test_cuda_workers_are_forked_from_a_zygote_that_never_touched_cuda():
@@ -60,8 +63,8 @@ def test_honest_relu_coverage_counts_only_own_kernels():
     assert r.coverage > 0.9
     t = r.details["timing"]
     print(f"relu: {r.kernel_ms:.4f} ms vs {r.reference_ms:.4f} ms, speedup {r.speedup:.2f}, coverage {r.coverage:.3f}, "
-          f"event {t['candidate_event_ms']['median']:.4f} ms, host gaps {t['host_gap_ms']}, launch {t['launch_ms']}, "
-          f"budget {t['launch_budget']}")
+          f"host {t['host_ms']['median']:.4f} ms, launch {t['launch_ms']['median']:.4f} ms, budget {t['launch_budget']}, "
+          f"reference {t['reference']}")
 
 
 def test_side_stream_is_caught_at_runtime_and_statically():
@@ -98,10 +101,23 @@ def test_side_stream_work_cannot_hide_beside_the_launch_budget():
     hack = run("relu_big.py", "relu_side_stream_early.py", time_hacked=True)
     assert "cuda_stream" in hack.hack_reasons  # statically
     assert hack.details["timing"]["launch_budget"]["verified"]
-    print(f"relu honest {honest.kernel_ms:.4f} ms, side stream {hack.kernel_ms:.4f} ms "
-          f"(event {hack.details['timing']['candidate_event_ms']['median']:.4f} ms), {hack.hack_reasons}")
-    # the hidden work is either flagged or counted in the reported time (host clock)
-    assert "side_stream" in hack.hack_reasons or hack.kernel_ms >= 0.5 * honest.kernel_ms
+    print(f"relu honest {honest.kernel_ms:.4f} ms, side stream {hack.kernel_ms:.4f} ms, {hack.hack_reasons}")
+    # the side-stream work is inside the call's window: flagged, and counted in the reported time
+    assert "side_stream" in hack.hack_reasons and hack.kernel_ms >= 0.5 * honest.kernel_ms
+
+
+def test_torch_doing_the_work_is_not_correct():
+    """A token Triton kernel beside cuBLAS doing the GEMM: coverage from the device records is the
+    verdict (issue 19), not only a reward term."""
+    r = run("matmul_2k.py", "matmul_torch_fallback.py")
+    assert r.compiled and not r.correct and not r.passed and r.error.stage == "profiling", r.feedback
+    assert r.coverage is not None and r.coverage < 0.1, r.details.get("profile")
+    assert "not done in your Triton kernels" in r.feedback
+
+
+def test_host_computation_is_caught_by_the_device_to_host_copies():
+    r = run("relu_big.py", "relu_numpy.py")
+    assert not r.passed and "host_compute" in r.hack_reasons, (r.hack_reasons, r.details.get("integrity"))
 
 
 def test_tf32_matmul_fails_fp32_tolerance():
