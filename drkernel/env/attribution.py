@@ -6,10 +6,11 @@ fence kernels on the call's stream (:class:`drkernel.env.budget.Fences`). Here, 
 
     window i     = from the end of fence_begin[i] to the start of fence_end[i]   (the call's stream)
     members i    = records on the call's stream inside window i, and records on any other stream
-                   that start between fence_begin[i] and the call's stream's next record after
-                   fence_end[i] (work the call left on side streams finishes before the
-                   device-wide synchronisation that follows it)
-    time i       = max(start of fence_end[i], end of every member) - end of fence_begin[i]
+                   that start between the end of fence_end[i-1] and the call's stream's next record
+                   after fence_end[i] (side-stream work may start beside the flush, before
+                   fence_begin[i], and finishes before the device-wide synchronisation after the call)
+    time i       = max(start of fence_end[i], end of every member)
+                   - min(end of fence_begin[i], start of every member)
     own i        = device time of members whose name carries the candidate's kernel suffix
     coverage     = sum(own) / sum(device time of all members)      over the calls taken together
 
@@ -87,9 +88,13 @@ def cut_windows(events: Any, n_calls: int, own_suffix: str | None) -> list[CallW
         after_end = ends[i][0] + ends[i][1]
         j = bisect.bisect_left(main_starts, after_end)
         boundary = main_starts[j] if j < len(main_starts) else float("inf")
+        # other streams: anything since the previous call's end fence (work a call puts on a side
+        # stream may start beside the harness's flush, before fence_begin) until the call's stream
+        # resumes the harness's work after the device-wide synchronisation
+        other_lo = ends[i - 1][0] + ends[i - 1][1] if i else -1
         w = CallWindow(time_ns=max(hi - lo, 0), device_ns=0, own_ns=0, own_launches=0, dtoh_ns=0, other_stream_ns=0)
-        last_end = hi
-        k = bisect.bisect_left(recs, (begins[i][0],))
+        first_start, last_end = lo, hi
+        k = bisect.bisect_left(recs, (other_lo,))
         while k < len(recs) and recs[k][0] < boundary:
             start, dur, stream, name = recs[k]
             k += 1
@@ -100,6 +105,7 @@ def cut_windows(events: Any, n_calls: int, own_suffix: str | None) -> list[CallW
                     continue
             else:
                 w.other_stream_ns += dur
+                first_start = min(first_start, start)
             w.device_ns += dur
             last_end = max(last_end, start + dur)
             short = name[:120]
@@ -109,7 +115,7 @@ def cut_windows(events: Any, n_calls: int, own_suffix: str | None) -> list[CallW
                 w.own_launches += 1
             elif name.startswith(DTOH_PREFIX):
                 w.dtoh_ns += dur
-        w.time_ns = max(last_end - lo, 0)
+        w.time_ns = max(last_end - first_start, 0)
         windows.append(w)
     return windows
 

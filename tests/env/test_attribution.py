@@ -53,6 +53,14 @@ def test_side_stream_work_is_timed_and_counted_even_after_the_end_fence():
     assert w.time_ns == 55_000  # the side kernel ends at +55 us, after fence_end (+10.5 us)
 
 
+def test_side_stream_work_starting_before_the_fence_is_the_calls():
+    """A side-stream kernel that starts beside the flush, before fence_begin, still counts and is timed."""
+    recs = call(0, [(f"k{S}", 0, 10_000, MAIN)]) + [["void at::native::relu_kernel", 1_000_000, 60_000, SIDE]]
+    (w,) = cut_windows(recs, 1, S)
+    assert w.other_stream_ns == 60_000
+    assert w.time_ns == 1_081_000 + 10_500 - 1_000_000  # from the side kernel's start to the end fence
+
+
 def test_device_to_host_copies_are_counted():
     recs = call(0, [(f"k{S}", 0, 10_000, MAIN), ("Memcpy DtoH (Device -> Pageable)", 10_000, 40_000, MAIN)])
     (w,) = cut_windows(recs, 1, S)
