@@ -9,13 +9,16 @@ fence kernels on the call's stream (:class:`drkernel.env.budget.Fences`). Here, 
                    that start between the end of fence_end[i-1] and the call's stream's next record
                    after fence_end[i] (side-stream work may start beside the flush, before
                    fence_begin[i], and finishes before the device-wide synchronisation after the call)
-    time i       = max(start of fence_end[i], end of every member)
-                   - min(end of fence_begin[i], start of every member)
+    time i       = end of the last member - start of the first member   (device activity span;
+                   the window itself when the call ran nothing on the device)
     own i        = device time of members whose name carries the candidate's kernel suffix
     coverage     = sum(own) / sum(device time of all members)      over the calls taken together
 
-Side-stream work and host-side computation are inside the time by construction (the window stays
-open until the call returns), so neither can hide. A name the candidate does not control decides
+The span starts at the call's first device record, not at the fence: the host's launch path before
+the first kernel (Python, argument checks; under CPU load it can outlast the launch budget) is not
+the kernel's time, so timings do not move when the grader is loaded. Gaps *between* a call's
+records stay in (dependent launches, host work between kernels), and so does side-stream work.
+Host-side computation needs device-to-host copies, which are records of the call (and flagged). A name the candidate does not control decides
 what is its own (:func:`drkernel.env.launches.install_naming`), not a profiler label. Records that
 do not bracket the calls the grader made (a fence too many or too few, out of order, on two
 streams) are forged: :class:`ForgedRecords`.
@@ -93,7 +96,7 @@ def cut_windows(events: Any, n_calls: int, own_suffix: str | None) -> list[CallW
         # resumes the harness's work after the device-wide synchronisation
         other_lo = ends[i - 1][0] + ends[i - 1][1] if i else -1
         w = CallWindow(time_ns=max(hi - lo, 0), device_ns=0, own_ns=0, own_launches=0, dtoh_ns=0, other_stream_ns=0)
-        first_start, last_end = lo, hi
+        first_start, last_end = None, None
         k = bisect.bisect_left(recs, (other_lo,))
         while k < len(recs) and recs[k][0] < boundary:
             start, dur, stream, name = recs[k]
@@ -105,9 +108,9 @@ def cut_windows(events: Any, n_calls: int, own_suffix: str | None) -> list[CallW
                     continue
             else:
                 w.other_stream_ns += dur
-                first_start = min(first_start, start)
             w.device_ns += dur
-            last_end = max(last_end, start + dur)
+            first_start = start if first_start is None else min(first_start, start)
+            last_end = start + dur if last_end is None else max(last_end, start + dur)
             short = name[:120]
             w.by_name[short] = w.by_name.get(short, 0) + dur
             if own_suffix and own_suffix in name:
@@ -115,7 +118,8 @@ def cut_windows(events: Any, n_calls: int, own_suffix: str | None) -> list[CallW
                 w.own_launches += 1
             elif name.startswith(DTOH_PREFIX):
                 w.dtoh_ns += dur
-        w.time_ns = max(last_end - first_start, 0)
+        if first_start is not None:  # the call's device activity, first start to last end
+            w.time_ns = last_end - first_start
         windows.append(w)
     return windows
 
