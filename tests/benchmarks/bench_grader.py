@@ -55,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warm-rounds", type=int, default=1, help="passes over the solutions in the warm arm")
     ap.add_argument("--skip-fresh", action="store_true")
     ap.add_argument("--skip-warmup", action="store_true", help="no Triton-cache warm-up pass (cache already warm)")
+    ap.add_argument("--capacities", default=None,
+                    help="e.g. 1,4,8: instead of the arms above, grade every solution --sweep-rounds times with a "
+                         "warm LocalGrader of each capacity and report evaluations/min and each kernel's timing "
+                         "spread (max/min - 1 of its time over the rounds) side by side")
+    ap.add_argument("--sweep-rounds", type=int, default=3)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
@@ -80,6 +85,14 @@ def main(argv: list[str] | None = None) -> int:
         parts = " ".join(f"{k}={v:.2f}" for k, v in sorted(st.items(), key=lambda kv: -kv[1]) if v >= 0.01)
         print(f"  [{arm}] {tid:<24} {'PASS' if r.passed else 'FAIL'} {r.details.get('eval_seconds', 0):6.2f}s  {parts}",
               flush=True)
+
+    if args.capacities:
+        out["sweep"] = capacity_sweep(jobs, config, [int(c) for c in args.capacities.split(",")], args.sweep_rounds,
+                                      show)
+        if args.json:
+            Path(args.json).write_text(json.dumps(out, indent=2))
+            print(f"wrote {args.json}")
+        return 0
 
     def run_fresh(arm: str) -> tuple[float, list]:
         # the old path: each evaluation exec's its worker (python -m drkernel.env.worker), no zygote
@@ -181,6 +194,59 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(out, indent=2))
         print(f"wrote {args.json}")
     return 0
+
+
+def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show) -> list[dict]:
+    """Evaluations/min and per-kernel timing spread under load, for each grader capacity.
+
+    Each capacity gets its own warm LocalGrader (spares ready before the clock starts, the
+    reference timings measured in a first, uncounted pass), then grades every solution ``rounds``
+    times with ``capacity`` evaluations in flight. A kernel's spread is max/min - 1 of its median
+    time over the rounds (the reference is cached, so the speedup moves exactly as much)."""
+    from drkernel.env.grader import LocalGrader
+
+    rows = []
+    for cap in capacities:
+        with LocalGrader(config, capacity=cap) as g:
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline and g.pool.ready_count(g.devices[0]) < g.pool.spares:
+                time.sleep(0.2)
+            with ThreadPoolExecutor(max_workers=cap) as pool:  # reference timings (cached afterwards)
+                list(pool.map(lambda j: g.grade(j[1], j[2], seed=7), jobs))
+            while time.monotonic() < deadline + 60 and g.pool.ready_count(g.devices[0]) < g.pool.spares:
+                time.sleep(0.2)
+            times: dict[str, list[float]] = {j[0]: [] for j in jobs}
+            passed = 0
+
+            def one(k: int):
+                tid, task, src = jobs[k % len(jobs)]
+                r = g.grade(task, src, seed=100 + k)
+                show(f"cap {cap}", tid, r)
+                return tid, r
+
+            t0 = time.monotonic()
+            with ThreadPoolExecutor(max_workers=cap) as pool:
+                for tid, r in pool.map(one, range(len(jobs) * rounds)):
+                    passed += r.passed
+                    if r.kernel_ms:
+                        times[tid].append(r.kernel_ms)
+            secs = time.monotonic() - t0
+        spreads = {t: (max(v) / min(v) - 1) for t, v in times.items() if len(v) >= 2}
+        worst = max(spreads.items(), key=lambda kv: kv[1]) if spreads else (None, None)
+        row = {"capacity": cap, "evals": len(jobs) * rounds, "seconds": secs,
+               "evals_per_min": 60 * len(jobs) * rounds / secs, "passed": passed,
+               "spread_median": statistics.median(spreads.values()) if spreads else None,
+               "spread_max": worst[1], "spread_worst_task": worst[0], "spread_by_task": spreads,
+               "times_ms": times}
+        rows.append(row)
+        print(f"capacity {cap}: {row['evals_per_min']:.1f} evaluations/min, {passed}/{row['evals']} passed, "
+              f"spread median {100 * (row['spread_median'] or 0):.2f}% max {100 * (row['spread_max'] or 0):.2f}% "
+              f"({row['spread_worst_task']})", flush=True)
+    print(f"\n{'capacity':>8} {'evals/min':>10} {'spread median':>14} {'spread max':>11}  worst kernel")
+    for r in rows:
+        print(f"{r['capacity']:>8} {r['evals_per_min']:>10.1f} {100 * (r['spread_median'] or 0):>13.2f}% "
+              f"{100 * (r['spread_max'] or 0):>10.2f}%  {r['spread_worst_task']}")
+    return rows
 
 
 if __name__ == "__main__":

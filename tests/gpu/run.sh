@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU path of drkernel in one call, on a CUDA machine (no internet needed):
-#   bash tests/gpu/run.sh [stage ...]     stages: cli tests fixtures spread grader service agent local
-#                                         single fused (default: all; one 10-minute device call holds
+#   bash tests/gpu/run.sh [stage ...]     stages: cli tests fixtures spread grader loadspread service agent
+#                                         local single fused (default: all; one 10-minute device call holds
 #                                         about three of them: pass stages to split the run)
 #                                         probe sweep (suite authors' tools, not in the default)
 # Stages service, agent and local need the serve/agent/local extras' pure-Python packages
@@ -14,7 +14,7 @@ OUT="${OUT:-/tmp/drkernel-gpu}"
 mkdir -p "$OUT"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
-STAGES="${*:-cli tests fixtures spread grader service agent local single fused}"
+STAGES="${*:-cli tests fixtures spread grader loadspread service agent local single fused}"
 # BENCH_TASKS="0*,1*" limits the suite stages to matching tasks (a long suite can be split over calls).
 TASKS_ARG=(); SUFFIX=""
 if [ -n "${BENCH_TASKS:-}" ]; then TASKS_ARG=(--tasks "$BENCH_TASKS"); SUFFIX="-${BENCH_PART:-part}"; fi
@@ -37,6 +37,9 @@ for stage in $STAGES; do
                 --out "$OUT/spread.json" 2>&1 | tee "$OUT/spread.log" || status=1 ;;
     grader)   $PY tests/benchmarks/bench_grader.py --device cuda --warm-rounds 3 --repeat 10 --spread-task 18_matmul_square \
                 --json "$OUT/bench_grader.json" 2>&1 | tee "$OUT/bench_grader.log" || status=1 ;;
+    loadspread) $PY tests/benchmarks/bench_grader.py --device cuda --capacities "${CAPACITIES:-1,4,8}" \
+                --sweep-rounds "${SWEEP_ROUNDS:-3}" --skip-warmup --json "$OUT/bench_grader_sweep.json" 2>&1 \
+                | tee "$OUT/bench_grader_sweep.log" | grep -v "^  \[" || status=1 ;;
     service)  $PY tests/gpu/service_bench.py --n 48 --rounds 2 --latency-n 10 --out "$OUT/service_bench.json" 2>&1 \
                 | tee "$OUT/service_bench.log" || status=1 ;;
     agent)    $PY tests/gpu/agent_refine.py --device cuda --out "$OUT/agent_refine" 2>&1 \
