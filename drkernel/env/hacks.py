@@ -68,8 +68,6 @@ _TABLE = (
     Hack("host_compute", "tensor data moved to the host during forward (numpy, tolist, device-to-host copies)",
          "Moving tensor data to the host (numpy, tolist, .cpu()) inside forward is not allowed: the work must "
          "run in your Triton kernels.", "runtime"),
-    Hack("threads_spawned", "new Python or OS threads appeared during a call",
-         "New threads were started during forward.", "runtime"),
     Hack("no_triton_launch", "no own Triton kernel ran in any checked call",
          "None of your Triton kernels ran during forward.", "runtime"),
     Hack("launch_inconsistent", "some calls ran no own Triton kernel (first call only, one grad mode, "
@@ -86,8 +84,8 @@ _TABLE = (
          "The output depends on uninitialised or stale memory.", "runtime"),
     Hack("timed_output_mismatch", "an output of a timed call, chosen after the call returned, was wrong",
          "Outputs of timed calls were wrong (cached results or skipped work).", "runtime"),
-    Hack("side_stream", "work that escapes the measured window (side streams, deferred work)",
-         "Work ran outside the measured stream (side streams or deferred work).", "device"),
+    Hack("side_stream", "device work of a call on another stream than the call's (it is timed all the same)",
+         "Work ran on another CUDA stream than the call's; streams are not allowed.", "device"),
 )
 
 HACKS: dict[str, Hack] = {h.id: h for h in _TABLE}
