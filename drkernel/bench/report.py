@@ -79,6 +79,11 @@ def summary_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+CPU_NOTE = ("On the CPU the kernels run in Triton's interpreter: correctness, integrity and coverage are real, but "
+            "times are the interpreter's (thousands of times slower than a GPU), so speedup and Fast@p say "
+            "nothing about GPU performance. Grade on a CUDA GPU (--device cuda) for those.")
+
+
 def format_summary(report: BenchReport) -> str:
     """Plain-text summary table for the terminal."""
     rows = summary_rows(report.summary)
@@ -86,6 +91,8 @@ def format_summary(report: BenchReport) -> str:
     lines = [f"{report.suite.id} on {report.device} (size {report.config.resolved_task_size()}, "
              f"{report.wall_seconds:.1f}s)"]
     lines += [f"  {k:<{w}}  {v}" for k, v in rows]
+    if report.device == "cpu":
+        lines.append("  note: " + CPU_NOTE)
     for o in report.by_status(ENV_FAILURE):
         lines.append(f"  environment failure: {o.task}: {o.message}")
     for o in report.by_status(TASK_ERROR):
@@ -114,6 +121,7 @@ def format_markdown(report: BenchReport) -> str:
              *([f"Merged from {len(report.merged_from)} runs (`drkernel bench --merge`): "
                 + "; ".join(f"`{Path(m['part']).name}` ({len(m['tasks'])} tasks)" for m in report.merged_from)
                 + ". A task graded in several keeps the last run's outcome.", ""] if report.merged_from else []),
+             *([f"> {CPU_NOTE}", ""] if report.device == "cpu" else []),
              "| metric | value |", "| --- | --- |"]
     lines += [f"| {k} | {v} |" for k, v in summary_rows(report.summary)]
     lines += ["", "| task | pass | speedup | coverage | kernel_ms | reference_ms | error stage |",
