@@ -347,12 +347,17 @@ class Zygote:
 START_TIME_VARS = ("PYTHON", "LD_", "MALLOC_", "GLIBC_", "OMP_", "MKL_", "OPENBLAS_", "TORCH", "PYTORCH_",
                    "TRITON_", "CUDA_", "NVIDIA_", "DRKERNEL_", "PATH")
 
+#: Set in the grader's environment by torch itself (lazily, e.g. the first dispatch mode sets
+#: TORCHINDUCTOR_CACHE_DIR) and not read by a worker's start: no reason for a new zygote.
+_NOT_AT_START = ("TORCHINDUCTOR_",)
+
 _zygotes: dict[str, tuple[tuple, Zygote]] = {}
 _zygotes_lock = threading.Lock()
 
 
 def _start_fingerprint(env: dict[str, str]) -> tuple:
-    return tuple(sorted((k, v) for k, v in env.items() if k.startswith(START_TIME_VARS)))
+    return tuple(sorted((k, v) for k, v in env.items()
+                        if k.startswith(START_TIME_VARS) and not k.startswith(_NOT_AT_START)))
 
 
 def spawn_worker(env: dict[str, str], proto_fd: int, workdir: str) -> ZygoteChild:
@@ -361,14 +366,20 @@ def spawn_worker(env: dict[str, str], proto_fd: int, workdir: str) -> ZygoteChil
     the old one stopped). Raises RuntimeError when no zygote can serve."""
     device = f"{env.get('DRKERNEL_WORKER_DEVICE', 'cpu')}:{env.get('CUDA_VISIBLE_DEVICES', '')}"
     fingerprint = _start_fingerprint(env)
-    with _zygotes_lock:
-        entry = _zygotes.get(device)
-        if entry is None or entry[0] != fingerprint or not entry[1].alive:
-            if entry is not None:
-                entry[1].close()
-            _zygotes[device] = entry = (fingerprint, Zygote(env))
-        zygote = entry[1]
-    return zygote.spawn(proto_fd, workdir, env)
+    for attempt in range(2):
+        with _zygotes_lock:
+            entry = _zygotes.get(device)
+            if entry is None or entry[0] != fingerprint or not entry[1].alive:
+                if entry is not None:
+                    entry[1].close()
+                _zygotes[device] = entry = (fingerprint, Zygote(env))
+            zygote = entry[1]
+        try:
+            return zygote.spawn(proto_fd, workdir, env)
+        except RuntimeError:
+            if attempt or zygote.alive:  # replaced by another thread meanwhile: once more, with the new one
+                raise
+    raise AssertionError("unreachable")
 
 
 def close_all() -> None:
