@@ -495,6 +495,7 @@ class StateGuard:
         put("gc.callbacks", lambda: len(gc.callbacks))
         put("threading.trace_hook", lambda: getattr(threading, "_trace_hook", None) is None)
         put("threading.profile_hook", lambda: getattr(threading, "_profile_hook", None) is None)
+        put("profiler_enabled", lambda: bool(torch._C._autograd._profiler_enabled()))
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             put("cuda.current_device", torch.cuda.current_device)
             put("cuda.current_stream", lambda: torch.cuda.current_stream().cuda_stream)
