@@ -405,6 +405,8 @@ class Harness:
         if prof is None:
             return []
         prof.stop()
+        if self.guard is not None:
+            self.guard.accept(["profiler_enabled"])  # the harness stopped it (after the request's check)
         return device_records(prof, self.kineto)
 
     def after_call(self) -> None:
