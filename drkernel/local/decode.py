@@ -254,12 +254,12 @@ def sample_next(logits: torch.Tensor, rows: list[Row], device: torch.device) -> 
 
 
 def _inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Per row, the first token whose cumulative mass exceeds ``u * total`` (never a zero-mass one)."""
+    """Per row, the first token whose cumulative mass exceeds ``u * total``: ``u`` in [0, 1) and the
+    factor below keep the target under the total, so the token found has mass (its cumulative sum
+    rose past the target there)."""
     cdf = probs.double().cumsum(-1)
-    idx = torch.searchsorted(cdf, u[:, None] * cdf[:, -1:], right=True).squeeze(1)
-    vocab = torch.arange(probs.shape[-1], device=probs.device)
-    last = torch.where(probs > 0, vocab, torch.zeros_like(vocab)).amax(-1)  # last token with mass
-    return torch.minimum(idx, last)
+    target = u[:, None] * cdf[:, -1:] * (1.0 - 1e-12)
+    return torch.searchsorted(cdf, target, right=True).squeeze(1)
 
 
 def _truncation_groups(rows: list[Row]) -> dict[tuple[int, float], list[int]]:

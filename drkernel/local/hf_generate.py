@@ -86,8 +86,8 @@ class HFGenerate:
         seed: seed of the requests' random streams.
         cache_size: how many of its own replies it remembers (for token-in/token-out splicing).
         max_batch: most rows decoded together; later calls wait for a free row.
-        max_prefill_tokens: most (padded) prompt tokens prefilled in one forward; calls beyond it
-            join at the next step (one call is always admitted).
+        max_prefill_tokens: most (padded) prompt tokens in one prefill forward; more calls joining
+            at once are prefilled in several forwards (one call each at least).
         autocast_dtype: run the model's forwards under ``torch.autocast`` with this dtype (the
             trainer's bf16-mixed precision on cuda); None = the weights' own dtype.
         step_guard: a context-manager factory entered around each forward's GPU work. The
@@ -97,6 +97,13 @@ class HFGenerate:
         threads: torch intra-op threads of the sampling thread (CPU); None = torch's setting. On a
             small shared CPU, 1 keeps decoding steps from stalling on a busy core (see the trainer's
             ``generation_threads``).
+        continuous: rows join and leave the running batch (module docstring). False = static
+            batches: a batch starts when the sampling thread is idle, with every call queued then,
+            and hands all its replies back when its last row ends. Static batches form the same
+            way in every run, so a seeded run repeats bit for bit; continuous ones depend on
+            thread timing, and a draw that lands within float rounding of a token boundary can
+            come out differently (rare, but over thousands of draws from a flat distribution it
+            happens).
         **sampling_defaults: ``temperature`` (1.0), ``top_p`` (1.0), ``top_k`` (0 = off),
             ``max_new_tokens`` (512; ``max_tokens`` is an alias), ``stop_token_ids`` (extra stops).
             Per-call keyword arguments override them.
@@ -105,7 +112,7 @@ class HFGenerate:
     def __init__(self, model_or_path: Any, tokenizer: Any = None, *, device: str = "cpu", seed: int = 0,
                  cache_size: int = 4096, max_batch: int = 64, max_prefill_tokens: int = 16384,
                  autocast_dtype: torch.dtype | None = None, step_guard: Callable[[], Any] | None = None,
-                 threads: int | None = None, **sampling_defaults: Any):
+                 threads: int | None = None, continuous: bool = True, **sampling_defaults: Any):
         if isinstance(model_or_path, str):
             from transformers import AutoModelForCausalLM
 
@@ -139,6 +146,7 @@ class HFGenerate:
         self.max_prefill_tokens = max_prefill_tokens
         self.autocast_dtype = autocast_dtype
         self.threads = threads
+        self.continuous = continuous
         self._lock = threading.Lock()  # the model: held by whoever runs a forward
         self._cv = threading.Condition()  # guards _queue and _worker
         self._queue: deque[_Job] = deque()
@@ -290,6 +298,7 @@ class HFGenerate:
         batch = DecodeBatch(self.model, self.device, autocast_dtype=self.autocast_dtype, guard=self._guard)
         t0 = time.perf_counter()
         base = (self.forwards, self.steps, self.row_steps)
+        held: list[Row] = []  # static batches: replies handed back together at the end
         try:
             while True:
                 with self._cv:
@@ -303,41 +312,52 @@ class HFGenerate:
                 finished: list[Row] = []
                 try:
                     with self._lock, torch.no_grad(), self._eval():
-                        if admitted:
-                            finished += batch.add(admitted)
+                        for chunk in self._prefill_chunks(admitted):
+                            finished += batch.add(chunk)
                         batch.drop([r for r in batch.rows if r.tag.cancelled])
                         if batch.rows:
                             finished += batch.step()
                 except BaseException as exc:  # noqa: BLE001 - every waiting call sees the failure
-                    for row in {id(r): r for r in batch.clear() + admitted}.values():
+                    for row in {id(r): r for r in batch.clear() + admitted + held}.values():
                         if not row.tag.future.done():
                             row.tag.future.set_exception(exc)
+                    held = []
                     if not isinstance(exc, Exception):
                         raise
                 self.forwards, self.steps, self.row_steps = (base[0] + batch.forwards, base[1] + batch.steps,
                                                              base[2] + batch.row_steps)
                 self.max_rows = max(self.max_rows, batch.max_rows)
+                if not self.continuous:
+                    held += finished
+                    finished, held = (held, []) if not batch.rows else ([], held)
                 self._finish(finished)
         finally:
             self.busy_seconds += time.perf_counter() - t0
 
     def _take(self, batch: DecodeBatch) -> tuple[list[_Job], list[_Job]]:
-        """Under ``_cv``: queued functions, and the calls that fit the batch and the prefill budget."""
+        """Under ``_cv``: the queued functions, and the queued calls that fit the batch (none
+        while a static batch runs)."""
         calls = [j for j in self._queue if j.fn is not None]
-        free = self.max_batch - len(batch.rows)
-        admit: list[_Job] = []
-        width = 0
-        for job in self._queue:
-            if job.row is None:
-                continue
-            w = max(width, len(job.row.prompt_ids))
-            if len(admit) >= free or (admit and w * (len(admit) + 1) > self.max_prefill_tokens):
-                break
-            admit.append(job)
-            width = w
+        free = self.max_batch - len(batch.rows) if self.continuous or not batch.rows else 0
+        admit = [j for j in self._queue if j.row is not None][:max(free, 0)]
         taken = {id(j) for j in calls + admit}
         self._queue = deque(j for j in self._queue if id(j) not in taken)
         return calls, admit
+
+    def _prefill_chunks(self, rows: list[Row]) -> list[list[Row]]:
+        """``rows`` in prefill forwards of at most ``max_prefill_tokens`` padded tokens (at least
+        one row each)."""
+        chunks: list[list[Row]] = []
+        chunk: list[Row] = []
+        width = 0
+        for row in rows:
+            w = max(width, len(row.prompt_ids))
+            if chunk and w * (len(chunk) + 1) > self.max_prefill_tokens:
+                chunks.append(chunk)
+                chunk, w = [], len(row.prompt_ids)
+            chunk.append(row)
+            width = w
+        return chunks + [chunk] if chunk else chunks
 
     def _finish(self, rows: list[Row]) -> None:
         for row in rows:

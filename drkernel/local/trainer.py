@@ -85,6 +85,9 @@ class TrainConfig:
     concurrency: int = 64
     """Episodes in flight at once; their generation calls are decoded together (rows join and leave
     the running batch between decoding steps)."""
+    continuous_batching: bool = True
+    """Rows join and leave the running batch (a finished reply is graded while the others decode);
+    off = static batches, bit-reproducible seeded runs (HFGenerate's ``continuous``)."""
     grader_capacity: int | None = None
     """Concurrent gradings; None = the grader's default."""
     grade_profile: bool | None = None
@@ -303,7 +306,7 @@ class Trainer:
 
         backend = generate(self.model, self.tokenizer) if generate is not None else HFGenerate(
             self.model, self.tokenizer, device=cfg.device, seed=cfg.seed, step_guard=self._gpu_guard(),
-            max_batch=cfg.concurrency, threads=self._generation_threads(model),
+            max_batch=cfg.concurrency, threads=self._generation_threads(model), continuous=cfg.continuous_batching,
             autocast_dtype=torch.bfloat16 if self._precision() == "bf16-mixed" and self.device.type == "cuda" else None)
         if cfg.solution_mix:
             if cfg.env != "suite":
