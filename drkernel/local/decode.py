@@ -34,6 +34,7 @@ standard KV cache.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import random
 from dataclasses import dataclass, field
@@ -79,14 +80,17 @@ class DecodeBatch:
         device: where the model runs.
         autocast_dtype: run forwards under ``torch.autocast`` with this dtype; None = off.
         guard: context-manager factory entered around each forward and its host copy.
+        grow_cache: cache layers with spare room, written in place (:func:`_growing_layer`);
+            None = on cpu, where copying the cache every step shows; on cuda the copy is cheap.
     """
 
     def __init__(self, model: Any, device: torch.device | str, *, autocast_dtype: torch.dtype | None = None,
-                 guard: Callable[[], Any] | None = None):
+                 guard: Callable[[], Any] | None = None, grow_cache: bool | None = None):
         self.model = model
         self.device = torch.device(device)
         self.autocast_dtype = autocast_dtype
         self.guard = guard
+        self.grow = self.device.type == "cpu" if grow_cache is None else grow_cache
         self.rows: list[Row] = []
         self.forwards = 0
         """Forwards run (prefills and steps)."""
@@ -123,7 +127,7 @@ class DecodeBatch:
             attn[i, width - len(r.prompt_ids):] = 1
         ids, attn = ids.to(self.device), attn.to(self.device)
         positions = (attn.cumsum(-1) - 1).clamp(min=0)
-        cache = _new_cache()
+        cache = _new_cache(grow=self.grow)
         with self._guarded():
             logits = self._forward(ids, attn, positions, cache)
             tok, host = sample_next(logits, rows, self.device)
@@ -185,7 +189,7 @@ class DecodeBatch:
         idx = torch.tensor(keep, dtype=torch.long, device=self.device)
         attn = self._attn.index_select(0, idx)
         left = int((attn.sum(0) > 0).int().argmax())  # first column some remaining row uses
-        self._cache = _rebuild(self._cache, lambda t: t.index_select(0, idx)[:, :, left:])
+        self._cache = _rebuild(self._cache, lambda t: t.index_select(0, idx)[:, :, left:], grow=self.grow)
         self._attn = attn[:, left:]
         self._pos = self._pos.index_select(0, idx)
         self._next = self._next.index_select(0, idx)
@@ -198,7 +202,7 @@ class DecodeBatch:
         merged = [(torch.cat([_pad_left(k0, old_pad), _pad_left(k1, new_pad)], 0),
                    torch.cat([_pad_left(v0, old_pad), _pad_left(v1, new_pad)], 0))
                   for (k0, v0), (k1, v1) in zip(old_kv, new_kv)]
-        self._cache = _new_cache(merged)
+        self._cache = _new_cache(merged, grow=self.grow)
         self._attn = torch.cat([_pad_left(self._attn, old_pad), _pad_left(attn, new_pad)], 0)
         self._pos = torch.cat([self._pos, pos])
         self._next = torch.cat([self._next, tok])
@@ -302,10 +306,53 @@ def _forward_kwargs(model: Any) -> dict[str, Any]:
     return {"cache": cache, "keep": keep}
 
 
-def _new_cache(layers: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> Any:
+def _new_cache(layers: list[tuple[torch.Tensor, torch.Tensor]] | None = None, *, grow: bool = False) -> Any:
+    """A ``DynamicCache`` holding ``layers``; ``grow``: its layers write new states into spare
+    capacity (:func:`_growing_layer`) instead of concatenating, where this transformers allows."""
     from transformers import DynamicCache
 
-    return DynamicCache(layers) if layers else DynamicCache()
+    cache = DynamicCache()
+    cls = _growing_layer() if grow else None
+    if cls is not None and getattr(cache, "layer_class_to_replicate", None) is not None and not cache.layers:
+        cache.layer_class_to_replicate = cls
+    for i, (k, v) in enumerate(layers or []):
+        cache.update(k, v, i)
+    return cache
+
+
+@functools.cache
+def _growing_layer() -> Any:
+    """A ``DynamicLayer`` that keeps its keys and values in buffers with spare room and writes each
+    step's states into them: ``DynamicLayer`` concatenates, copying the whole cache every step
+    (on a CPU with long prompts, a fifth of a decoding step). None when this transformers has no
+    ``DynamicLayer`` (then caches concatenate)."""
+    try:
+        from transformers.cache_utils import DynamicLayer
+    except ImportError:
+        return None
+
+    class GrowingLayer(DynamicLayer):
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+                   **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+                self._buffers, self._used = None, 0
+            n = self._used + key_states.shape[-2]
+            if self._buffers is None or n > self._buffers[0].shape[-2]:
+                room = n + 256 + n // 4
+                shape = (*key_states.shape[:-2], room, key_states.shape[-1])
+                buffers = (key_states.new_empty(shape), value_states.new_empty(shape))
+                if self._buffers is not None:
+                    for new, old in zip(buffers, self._buffers):
+                        new[..., :self._used, :] = old[..., :self._used, :]
+                self._buffers = buffers
+            self._buffers[0][..., self._used:n, :] = key_states
+            self._buffers[1][..., self._used:n, :] = value_states
+            self._used = n
+            self.keys, self.values = self._buffers[0][..., :n, :], self._buffers[1][..., :n, :]
+            return self.keys, self.values
+
+    return GrowingLayer
 
 
 def _layers(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -313,8 +360,8 @@ def _layers(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(kv[0], kv[1]) for kv in cache]
 
 
-def _rebuild(cache: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    return _new_cache([(fn(k), fn(v)) for k, v in _layers(cache)])
+def _rebuild(cache: Any, fn: Callable[[torch.Tensor], torch.Tensor], *, grow: bool) -> Any:
+    return _new_cache([(fn(k), fn(v)) for k, v in _layers(cache)], grow=grow)
 
 
 def _pad_left(t: torch.Tensor, n: int) -> torch.Tensor:

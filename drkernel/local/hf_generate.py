@@ -13,26 +13,33 @@
   together by one sampling thread with a KV cache (:class:`drkernel.local.decode.DecodeBatch`):
   the calls that arrive in the same event-loop tick are prefilled together (left padding, per-row
   position ids), and between two decoding steps finished rows leave (their call returns at once,
-  so grading starts while the others decode) and newly arrived calls join (continuous batching).
-  Each row has its own budget, stop tokens and sampling options.
+  so grading starts while the others decode) and newly arrived calls join (continuous batching;
+  ``continuous=False``: static batches). Each row has its own budget, stop tokens and sampling
+  options.
 * **Sampling**, per row: ``p = softmax(logits / temperature)``, optional top-k / top-p truncation,
   then an inverse-CDF draw with a uniform from the request's own random stream, seeded from this
   backend's ``seed``, the prompt ids and how many earlier calls had the same prompt. A call's
-  reply does not depend on what it was batched with or on thread timing (batched and one-at-a-time
-  calls agree token for token up to floating-point differences between batch shapes), and a
-  seeded run repeats. ``temperature=0`` is greedy. One device-to-host copy per step.
+  reply does not depend on what it was batched with or on thread timing: batched and one-at-a-time
+  calls agree token for token, up to floating-point differences between batch shapes (a draw
+  within rounding of a token boundary can flip), so a seeded run repeats exactly with static
+  batches and almost always with continuous ones. ``temperature=0`` is greedy. One
+  device-to-host copy per step.
 * **Log-probs** are ``log softmax(logits / temperature)`` of each sampled token, before top-k /
   top-p truncation (vLLM's default): the quantity the trainer recomputes as ``log pi_old``.
   Greedy decoding reports them at temperature 1.
 * **Stop.** The tokenizer's EOS id, the chat template's end-of-turn token when the vocabulary has
   one (``<|im_end|>``, ``<|eot_id|>``, ``<end_of_turn>``) and any ``stop_token_ids``; the stop
   token is part of ``token_ids`` (``finish_reason="stop"``) but not of ``text``, which decodes
-  every other sampled token (special tokens included, so it maps back to the same ids). Running out of ``max_new_tokens``
-  (or of the model's context) gives ``finish_reason="length"``.
+  every other sampled token (special tokens included, so it maps back to the same ids). Running
+  out of ``max_new_tokens`` (or of the model's context) gives ``finish_reason="length"``.
 
 Threads: the model runs only on the sampling thread (started when calls arrive, gone when idle);
 :meth:`HFGenerate.score` forwards run there too, between decoding steps. Tokenising and decoding
-stay on the caller's thread (the event loop), so the tokenizer is never used from two threads.
+stay on the calling thread (the event loop), so the tokenizer is not used from two threads.
+
+Counters for throughput metrics (:meth:`HFGenerate.stats`): busy seconds of the sampling thread,
+sampled tokens, answered calls, batched forwards (prefills + decoding steps), decoding steps and
+rows summed over them (mean rows per step), the most rows held at once.
 """
 
 from __future__ import annotations

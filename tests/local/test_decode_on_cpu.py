@@ -230,3 +230,38 @@ def test_sampled_frequencies_follow_softmax_at_the_temperature():
         assert ((freq - p).abs() <= 4 * (p * (1 - p) / n).sqrt() + 1e-12).all(), (temperature, top_k, freq, p)
         # the reported log-prob is that of the untruncated distribution at T
         assert [h[1] for h in host[:50]] == pytest.approx([float(lp[int(t)]) for t in tok[:50]], abs=1e-5)
+
+
+def test_growing_cache_decodes_like_concatenation(bpe_model):
+    """Cache layers with spare room (the CPU default) and plain concatenating layers give the same
+    tokens and log-probs while rows join (longer and shorter than the batch) and leave."""
+    model, tok = bpe_model
+    model.eval()
+    text = tok(TEXT, add_special_tokens=False)["input_ids"]
+
+    def run(grow):
+        b = DecodeBatch(model, "cpu", grow_cache=grow)
+        rows = [Row(prompt_ids=text[:n], max_new_tokens=k, temperature=1.0, rng=random.Random(n))
+                for n, k in ((60, 40), (20, 3), (300, 12), (5, 30))]
+        with torch.no_grad():
+            b.add(rows[:2])
+            for _ in range(4):
+                b.step()
+            kinds.add((grow, type(b._cache.layers[0]).__name__ if hasattr(b._cache, "layers") else "legacy"))
+            b.add(rows[2:3])  # longer than the batch
+            b.step()
+            b.add(rows[3:])  # shorter
+            while b.rows:
+                b.step()
+        return rows
+
+    kinds = set()
+    grown, plain = run(True), run(False)
+    import transformers.cache_utils
+
+    if hasattr(transformers.cache_utils, "DynamicLayer"):  # the growing layers are really used
+        assert kinds == {(True, "GrowingLayer"), (False, "DynamicLayer")}, kinds
+    assert [r.token_ids for r in grown] == [r.token_ids for r in plain]
+    for g, p in zip(grown, plain):
+        assert g.logprobs == pytest.approx(p.logprobs, abs=1e-5)
+    assert [len(r.token_ids) for r in grown] == [40, 3, 12, 30] or any(r.finish_reason == "stop" for r in grown)
