@@ -69,17 +69,29 @@ _SAMPLING_KEYS = {"temperature", "top_p", "top_k", "max_new_tokens", "max_tokens
 
 @dataclass
 class _Job:
-    """Work for the sampling thread: a row to decode, or a function to run on the model."""
+    """Work for the sampling thread: a row to decode, or a function to run on the model. Its
+    ``future`` is the caller's event loop's (``loop`` set: results are delivered through that loop)
+    or a ``concurrent.futures.Future`` (a blocking caller)."""
 
-    future: concurrent.futures.Future
+    future: Any
     row: Row | None = None
     fn: Callable[[], Any] | None = None
+    loop: asyncio.AbstractEventLoop | None = None
     cancelled: bool = False
     """The caller stopped waiting: the row is dropped at the next step."""
 
     def __post_init__(self) -> None:
         if self.row is not None:
             self.row.tag = self
+
+    @classmethod
+    def for_caller(cls, **kw: Any) -> "_Job":
+        """A job whose result goes to the running event loop, if any, else to a blocking caller."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return cls(concurrent.futures.Future(), **kw)
+        return cls(loop.create_future(), loop=loop, **kw)
 
 
 class HFGenerate:
@@ -155,7 +167,7 @@ class HFGenerate:
         self.threads = threads
         self.continuous = continuous
         self._lock = threading.Lock()  # the model: held by whoever runs a forward
-        self._cv = threading.Condition()  # guards _queue and _worker
+        self._queue_lock = threading.Lock()  # guards _queue and _worker
         self._queue: deque[_Job] = deque()
         self._worker: threading.Thread | None = None
         self._inbox: list[_Job] = []  # this event-loop tick's calls, handed over together
@@ -165,7 +177,7 @@ class HFGenerate:
         self.generated_tokens = 0
         """Tokens sampled so far."""
         self.requests = 0
-        """Calls answered (generate and score)."""
+        """Generate calls answered."""
         self.forwards = 0
         """Batched forwards run (prefills and decoding steps): the model calls."""
         self.steps = 0
@@ -188,13 +200,12 @@ class HFGenerate:
         self._check_sampling(sampling)
         opts = {**self.sampling, **self._normalise(sampling)}
         prompt_ids = self.prompt_ids(messages)
-        job = _Job(concurrent.futures.Future(), row=self._row(prompt_ids, opts))
-        loop = asyncio.get_running_loop()
+        job = _Job.for_caller(row=self._row(prompt_ids, opts))
         self._inbox.append(job)
-        if self._flusher is None or self._flusher.done() or self._flusher.get_loop() is not loop:
-            self._flusher = loop.create_task(self._flush())
+        if self._flusher is None or self._flusher.done() or self._flusher.get_loop() is not job.loop:
+            self._flusher = job.loop.create_task(self._flush())
         try:
-            row = await asyncio.wrap_future(job.future)
+            row = await job.future
         except asyncio.CancelledError:
             job.cancelled = True
             raise
@@ -219,7 +230,7 @@ class HFGenerate:
         (the tokenised text and the end-of-turn stop token) with their log-probs under the model.
         For off-policy or scripted turns (tests, demonstrations) that still go through training.
         The forward runs on the sampling thread between two decoding steps."""
-        job = self._score_job(messages, reply, temperature)
+        job = self._score_job(messages, reply, temperature, blocking=True)
         self._submit([job])
         return job.future.result()
 
@@ -227,9 +238,10 @@ class HFGenerate:
         """``score`` without blocking the event loop."""
         job = self._score_job(messages, reply, temperature)
         self._submit([job])
-        return await asyncio.wrap_future(job.future)
+        return await job.future
 
-    def _score_job(self, messages: list[Message], reply: str, temperature: float | None) -> _Job:
+    def _score_job(self, messages: list[Message], reply: str, temperature: float | None,
+                   blocking: bool = False) -> _Job:
         prompt_ids = self.prompt_ids(messages)
         stop = self.stop_ids[0] if self.stop_ids else None
         for token in END_OF_TURN_TOKENS:  # prefer the chat template's end-of-turn token
@@ -252,7 +264,7 @@ class HFGenerate:
                               prompt_token_ids=prompt_ids, finish_reason="stop" if stop is not None else "length",
                               usage={"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids)})
 
-        return _Job(concurrent.futures.Future(), fn=run)
+        return _Job(concurrent.futures.Future(), fn=run) if blocking else _Job.for_caller(fn=run)
 
     def _generation(self, row: Row) -> Generation:
         # the text holds every sampled token but a final stop token (special tokens included, so
@@ -291,7 +303,7 @@ class HFGenerate:
     def _submit(self, jobs: list[_Job]) -> None:
         if not jobs:
             return
-        with self._cv:
+        with self._queue_lock:
             self._queue.extend(jobs)
             if self._worker is None:
                 self._worker = threading.Thread(target=self._work, name="HFGenerate", daemon=True)
@@ -308,13 +320,13 @@ class HFGenerate:
         held: list[Row] = []  # static batches: replies handed back together at the end
         try:
             while True:
-                with self._cv:
+                with self._queue_lock:
                     if not self._queue and not batch.rows:
                         self._worker = None
                         return
                     calls, admit = self._take(batch)
                 for job in calls:
-                    _run_call(job, self._lock)
+                    self._deliver(*_run_call(job, self._lock))
                 admitted = [job.row for job in admit if not job.cancelled]
                 finished: list[Row] = []
                 try:
@@ -325,9 +337,8 @@ class HFGenerate:
                         if batch.rows:
                             finished += batch.step()
                 except BaseException as exc:  # noqa: BLE001 - every waiting call sees the failure
-                    for row in {id(r): r for r in batch.clear() + admitted + held}.values():
-                        if not row.tag.future.done():
-                            row.tag.future.set_exception(exc)
+                    rows = {id(r): r for r in batch.clear() + admitted + held}.values()
+                    self._deliver([r.tag for r in rows], error=exc)
                     held = []
                     if not isinstance(exc, Exception):
                         raise
@@ -340,9 +351,12 @@ class HFGenerate:
                 self._finish(finished)
         finally:
             self.busy_seconds += time.perf_counter() - t0
+            with self._queue_lock:  # stopped by an exception: the next call starts a new thread
+                if self._worker is threading.current_thread():
+                    self._worker = None
 
     def _take(self, batch: DecodeBatch) -> tuple[list[_Job], list[_Job]]:
-        """Under ``_cv``: the queued functions, and the queued calls that fit the batch (none
+        """Under ``_queue_lock``: the queued functions, and the queued calls that fit the batch (none
         while a static batch runs)."""
         calls = [j for j in self._queue if j.fn is not None]
         free = self.max_batch - len(batch.rows) if self.continuous or not batch.rows else 0
@@ -370,8 +384,27 @@ class HFGenerate:
         for row in rows:
             self.generated_tokens += len(row.token_ids)
             self.requests += 1
-            if not row.tag.future.done():
-                row.tag.future.set_result(row)
+        self._deliver([row.tag for row in rows], rows)
+
+    @staticmethod
+    def _deliver(jobs: list[_Job], results: list[Any] | None = None, error: BaseException | None = None) -> None:
+        """Resolve ``jobs`` with ``results`` (or ``error``). The jobs of one event loop are resolved
+        in one callback of that loop, so their callers resume in the same tick and their next
+        calls arrive together (static batches rely on it)."""
+        by_loop: dict[Any, list[tuple[Any, Any]]] = {}
+        for job, result in zip(jobs, results if results is not None else [None] * len(jobs)):
+            if job.loop is None:
+                if job.future.done():
+                    continue
+                if error is not None:
+                    job.future.set_exception(error)
+                else:
+                    job.future.set_result(result)
+            else:
+                by_loop.setdefault(job.loop, []).append((job.future, result))
+        for loop, items in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                loop.call_soon_threadsafe(_settle, items, error)
 
     def _guard(self) -> Any:
         return self.step_guard() if self.step_guard is not None else contextlib.nullcontext()
@@ -460,16 +493,27 @@ class HFGenerate:
         return out
 
 
-def _run_call(job: _Job, lock: threading.Lock) -> None:
+def _run_call(job: _Job, lock: threading.Lock) -> tuple[list[_Job], list[Any] | None, BaseException | None]:
+    """Run a queued function; ``(jobs, results, error)`` for :meth:`HFGenerate._deliver`."""
     try:
         with lock:
-            result = job.fn()
-    except BaseException as exc:  # noqa: BLE001 - the caller sees it
-        job.future.set_exception(exc)
-        if not isinstance(exc, Exception):
-            raise
-        return
-    job.future.set_result(result)
+            return [job], [job.fn()], None
+    except Exception as exc:  # the caller sees it
+        return [job], None, exc
+    except BaseException as exc:  # the caller sees it, then the sampling thread stops
+        HFGenerate._deliver([job], error=exc)
+        raise
+
+
+def _settle(items: list[tuple[asyncio.Future, Any]], error: BaseException | None) -> None:
+    """On the callers' event loop: resolve their futures (skipping cancelled ones)."""
+    for future, result in items:
+        if future.done():
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
 
 
 __all__ = ["HFGenerate", "END_OF_TURN_TOKENS"]
