@@ -233,7 +233,6 @@ def sample_next(logits: torch.Tensor, rows: list[Row], device: torch.device) -> 
         ``(tok, host)``: tok (B,) long on ``device``; host the B ``[token, log-prob]`` pairs on
         the host (one device-to-host copy).
     """
-    b, vocab = logits.shape
     greedy = [r.temperature <= 0 for r in rows]
     if all(greedy):
         tok = logits.argmax(-1)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import sys
 import time
@@ -140,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
                                                    else platform.processor() or platform.machine()),
             "torch": torch.__version__, "threads": torch.get_num_threads(), "sampling_threads": args.threads or None,
             "model": {"hidden": args.tiny_hidden, "layers": args.tiny_layers, "vocab": len(tok)},
-            "precision": args.precision if args.device.startswith("cuda") else "fp32"}
+            "precision": args.precision if args.device.startswith("cuda") else "fp32",
+            "load_average": [round(x, 2) for x in os.getloadavg()], "cpu_count": os.cpu_count()}
     try:
         import transformers
 
