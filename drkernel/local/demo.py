@@ -36,6 +36,9 @@ class SolutionMix:
     def busy_seconds(self) -> float:
         return float(getattr(self.inner, "busy_seconds", 0.0))
 
+    def stats(self) -> dict[str, float]:
+        return self.inner.stats() if hasattr(self.inner, "stats") else {}
+
     def _solution_for(self, messages: list[dict[str, str]]) -> str | None:
         first = next((m["content"] for m in messages if m["role"] == "user"), "")
         for reference, solution in self.pairs:
@@ -50,7 +53,10 @@ class SolutionMix:
         if first_turn:
             self.calls += 1
         if solution is not None and (answered or (first_turn and self.calls % self.every == 1 % self.every)):
-            return self.inner.score(messages, "Here is my kernel.\n```python\n" + solution.strip("\n") + "\n```")
+            reply = "Here is my kernel.\n```python\n" + solution.strip("\n") + "\n```"
+            if hasattr(self.inner, "ascore"):  # the forward runs between decoding steps, off the event loop
+                return await self.inner.ascore(messages, reply)
+            return self.inner.score(messages, reply)
         return await self.inner(messages, **sampling)
 
 

@@ -65,6 +65,9 @@ class TrainConfig:
     """Vocabulary of the locally trained BPE tokenizer (tiny model, suite env)."""
     threads: int = 0
     """torch CPU threads (0 = torch's default); 1 is fastest for a tiny model on a shared machine."""
+    generation_threads: int = 0
+    """torch threads of the sampling thread on cpu (0 = auto: 1 for the tiny model built here, whose
+    decoding steps stall on a second thread whenever another process holds a core; else ``threads``)."""
     seed: int = 0
     """Seed of prompt sampling, generation, grading inputs, PRS and group selection."""
     prompts_per_step: int = 2
@@ -80,7 +83,11 @@ class TrainConfig:
     max_context_tokens: int | None = None
     """Context budget for the agent's trimming; None = the model's max positions."""
     concurrency: int = 64
-    """Episodes in flight at once; their generation calls are sampled as one batch."""
+    """Episodes in flight at once; their generation calls are decoded together (rows join and leave
+    the running batch between decoding steps)."""
+    continuous_batching: bool = True
+    """Rows join and leave the running batch (a finished reply is graded while the others decode);
+    off = static batches, bit-reproducible seeded runs (HFGenerate's ``continuous``)."""
     grader_capacity: int | None = None
     """Concurrent gradings; None = the grader's default."""
     grade_profile: bool | None = None
@@ -215,8 +222,10 @@ class KernelEnv:
 
 class _Timed:
     """Wraps a Generate backend and counts its calls and tokens, and its busy time: the backend's
-    own ``busy_seconds`` when it reports one (HFGenerate: time spent sampling batches), else the
-    union of the intervals with a call in flight."""
+    own ``busy_seconds`` when it reports one (HFGenerate: time its sampling thread had work), else
+    the union of the intervals with a call in flight. A backend with ``stats()`` (HFGenerate) also
+    reports its batched forwards, decoding steps and rows per step, and its count of sampled tokens
+    (replies it only scored, as ``SolutionMix`` does, are not generated tokens)."""
 
     def __init__(self, generate: Any):
         self.generate = generate
@@ -226,15 +235,37 @@ class _Timed:
         self.tokens = 0
         self.calls = 0
         self._busy0 = float(getattr(self.generate, "busy_seconds", 0.0))
+        self._stats0 = self._stats()
         self._wall = 0.0
         self._in_flight = 0
         self._since = 0.0
+
+    def _stats(self) -> dict[str, float]:
+        return dict(self.generate.stats()) if hasattr(self.generate, "stats") else {}
 
     @property
     def seconds(self) -> float:
         if hasattr(self.generate, "busy_seconds"):
             return float(self.generate.busy_seconds) - self._busy0
         return self._wall
+
+    def metrics(self) -> dict[str, float]:
+        """``perf/`` generation metrics since the last reset."""
+        now = self._stats()
+        d = {k: now[k] - self._stats0.get(k, 0.0) for k in now}
+        seconds = self.seconds
+        tokens = d.get("generated_tokens", float(self.tokens))
+        out = {
+            "perf/time_generate_s": seconds,
+            "perf/generated_tokens": tokens,
+            "perf/generation_requests": float(self.calls),
+            "perf/generation_calls": d.get("forwards", float(self.calls)),
+            "perf/tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
+        }
+        if d.get("steps"):
+            out["perf/generation_steps"] = d["steps"]
+            out["perf/generation_batch_mean"] = d["row_steps"] / d["steps"]
+        return out
 
     async def __call__(self, messages: list[dict[str, str]], **sampling: Any) -> Any:
         if self._in_flight == 0:
@@ -275,6 +306,7 @@ class Trainer:
 
         backend = generate(self.model, self.tokenizer) if generate is not None else HFGenerate(
             self.model, self.tokenizer, device=cfg.device, seed=cfg.seed, step_guard=self._gpu_guard(),
+            max_batch=cfg.concurrency, threads=self._generation_threads(model), continuous=cfg.continuous_batching,
             autocast_dtype=torch.bfloat16 if self._precision() == "bf16-mixed" and self.device.type == "cuda" else None)
         if cfg.solution_mix:
             if cfg.env != "suite":
@@ -320,6 +352,15 @@ class Trainer:
                                                  vocab_size=cfg.tokenizer_vocab)
         model = tiny.build_tiny_model(tokenizer, hidden_size=cfg.tiny_hidden, num_layers=cfg.tiny_layers, seed=cfg.seed)
         return tokenizer, model.to(torch.bfloat16) if self._precision() == "bf16" else model
+
+    def _generation_threads(self, given_model: Any) -> int | None:
+        cfg = self.config
+        if self.device.type != "cpu":
+            return None
+        if cfg.generation_threads:
+            return cfg.generation_threads
+        tiny = given_model is None and not cfg.model
+        return 1 if tiny else (cfg.threads or None)
 
     def _gpu_guard(self) -> Any:
         """The shared side of the grader's gate of the model's GPU when the grader times candidates
@@ -481,25 +522,21 @@ class Trainer:
         t_update = time.perf_counter()
 
         metrics.update(self._rollout_metrics(trajectories, packed))
-        gen_s, tokens, calls = self.generate.seconds, self.generate.tokens, self.generate.calls
         grade_s = sum(float(getattr(turn, "seconds", {}).get("grade", 0.0)) for tr in trajectories for turn in tr.turns)
         graded = sum(1 for tr in trajectories for turn in tr.turns if getattr(turn, "result", None) is not None)
         rollout_s = t_rollout - t_start
         metrics.update({
             "perf/step_time_s": t_update - t_start,
             "perf/time_rollout_s": rollout_s,
-            "perf/time_generate_s": gen_s,
             "perf/time_grade_s": grade_s,
             "perf/time_logprob_s": t_logprob - t_rollout,
             "perf/time_step_fn_s": t_stepfn - t_logprob,
             "perf/time_update_s": t_update - t_stepfn,
-            "perf/generated_tokens": float(tokens),
-            "perf/generation_calls": float(calls),
-            "perf/tokens_per_s": tokens / gen_s if gen_s > 0 else 0.0,
             "perf/evaluations": float(graded),
             "perf/evaluations_per_s": graded / rollout_s if rollout_s > 0 else 0.0,
             "step": float(self.step),
         })
+        metrics.update(self.generate.metrics())
         self.generate.reset()
         return metrics
 

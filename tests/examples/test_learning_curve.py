@@ -19,10 +19,13 @@ def test_trloo_learns_the_guessing_task(tmp_path):
         import learning_curve
     finally:
         sys.path.pop(0)
-    # 60 steps of 8 prompts x 8 samples x 3 turns (~2 CPU minutes). Chance is ~0.04 per turn;
-    # the full run (120 steps) ends near 0.6, this one near 0.23.
+    # 60 steps of 8 prompts x 8 samples x 3 turns (~1-2 CPU minutes). Chance is ~0.04 per turn.
+    # The gain (last 10 steps - first 10) depends on the seed: 0.095 0.151 0.155 0.123 0.160 0.143
+    # 0.117 0.199 for seeds 0-7 with HFGenerate's per-request random streams (0.116-0.190 with the
+    # shared generator before them); seed 1 is a typical run (seed 0 climbs to 0.35 by step 40 and
+    # then collapses onto one wrong digit). Static batches: the run is the same every time.
     summary = learning_curve.run(learning_curve.Args(out=str(tmp_path), steps=60, estimators="trloo",
-                                                     progress=False))
+                                                     progress=False, seed=1))
     trloo = summary["trloo"]
     rewards = [json.loads(x)["reward/mean"] for x in (tmp_path / "trloo" / "metrics.jsonl").read_text().splitlines()]
     first10, last10 = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10

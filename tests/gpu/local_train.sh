@@ -30,7 +30,8 @@ rows = [json.loads(x) for x in open(f"{run}/metrics.jsonl")]
 keys = [("step", "step"), ("total", "perf/step_time_s"), ("rollout", "perf/time_rollout_s"),
         ("generate", "perf/time_generate_s"), ("grade(sum)", "perf/time_grade_s"), ("logprob", "perf/time_logprob_s"),
         ("step_fn", "perf/time_step_fn_s"), ("update", "perf/time_update_s"), ("evals", "perf/evaluations"),
-        ("evals/s", "perf/evaluations_per_s"), ("tok/s", "perf/tokens_per_s"), ("reward", "reward/mean"),
+        ("evals/s", "perf/evaluations_per_s"), ("tok/s", "perf/tokens_per_s"),
+        ("forwards", "perf/generation_calls"), ("rows/step", "perf/generation_batch_mean"), ("reward", "reward/mean"),
         ("turn1/correct", "turn1/correct")]
 print(" | ".join(k for k, _ in keys))
 for r in rows:

@@ -54,6 +54,14 @@ for stage in $STAGES; do
                   --out "$OUT/speed_$suite$SUFFIX.json" 2>&1 | tee "$OUT/speed_$suite$SUFFIX.log" || status=1
               done ;;
     sweep)    $PY tests/gpu/gemm_sweep.py --out "$OUT/gemm_sweep.json" 2>&1 | tee "$OUT/gemm_sweep.log" || status=1 ;;
+    # ---- rollout: tokens/s of the local trainer's batched generation (tiny model built here, as the
+    # GPU local stage's; batched vs one-at-a-time). ROLLOUT_DEVICE=cpu checks the stage on a CPU box.
+    rollout)  mkdir -p "$OUT/rollout"
+              $PY tests/benchmarks/bench_rollout.py --device "${ROLLOUT_DEVICE:-cuda}" --tiny-hidden 256 \
+                --tiny-layers 4 --tokenizer-vocab 4000 --batches "${ROLLOUT_BATCHES:-1,8,32,64}" \
+                --prompt-tokens 512,2048 --new-tokens 256 --min-tokens-per-s "${ROLLOUT_MIN_TOKPS:-2000}" \
+                --out "$OUT/rollout/bench_rollout.json" 2>&1 | tee "$OUT/rollout/bench_rollout.log" || status=1 ;;
+    # ---- end rollout
     *) echo "unknown stage $stage"; status=2 ;;
   esac
 done

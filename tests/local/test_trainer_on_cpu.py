@@ -31,8 +31,13 @@ def test_toy_run_writes_logs_config_and_checkpoint(tmp_path):
     for prefix in ("reward/", "trloo/", "mrs/", "filter/", "actor/", "perf/", "turn1/", "pack/"):
         assert any(k.startswith(prefix) for k in keys), prefix
     for k in ("perf/time_generate_s", "perf/time_update_s", "perf/tokens_per_s", "perf/evaluations_per_s",
+              "perf/generation_calls", "perf/generation_requests", "perf/generation_batch_mean",
               "actor/pg_loss", "actor/grad_norm"):
         assert k in keys
+    # 4 prompts x 8 samples x 3 turns: 96 requests, decoded as batches of many rows
+    assert all(x["perf/generation_requests"] == 96 for x in lines)
+    assert all(x["perf/generation_batch_mean"] > 4 for x in lines)
+    assert all(x["perf/generation_calls"] < 96 for x in lines)
     assert all("/" in k for k in keys if k != "step")  # every metric namespaced
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["estimator"] == "trloo" and cfg["resolved"]["step"]["estimator"] == "trloo"
