@@ -64,7 +64,7 @@ def register_advantage(name: str) -> Callable[[_F], _F]:
     return ADVANTAGES.decorator(name)  # type: ignore[return-value]
 
 
-def get_advantage(name: str) -> Callable[..., torch.Tensor]:
+def get_advantage(name: str) -> AdvantageFn:
     """Return the estimator registered as ``name``.
 
     Raises:

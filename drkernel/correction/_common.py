@@ -102,13 +102,6 @@ def segment_sum(values: torch.Tensor, index: torch.Tensor, num_segments: int) ->
     return out.index_add_(0, index, values)
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``values`` where ``mask``; 0 when nothing is valid (no epsilon in the divisor)."""
-    count = mask.sum()
-    total = torch.where(mask, values, torch.zeros_like(values)).sum()
-    return total / count.clamp(min=1)
-
-
 def unit_log_weight(
     log_rho: torch.Tensor,
     mask: torch.Tensor,

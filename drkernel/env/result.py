@@ -25,10 +25,6 @@ class Stage(str, Enum):
     PROFILING = "profiling"
 
 
-#: Stage names, in order.
-STAGES = tuple(s.value for s in Stage)
-
-
 class EnvironmentFailure(RuntimeError):
     """The grader itself could not run (missing dependency, no device, broken worker start).
 
@@ -41,7 +37,7 @@ class EvalError:
     """Where and why an evaluation failed."""
 
     stage: str
-    """One of :data:`STAGES`."""
+    """A :class:`Stage` value (``"compile"``, ``"correctness"``, ...)."""
     message: str
     """Short, trimmed message (the last lines of a traceback, not all of it)."""
 

@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import os
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -35,7 +35,6 @@ class Task:
     source: str
     path: Path | None = None
     entry_point: str = "Model"
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, entry_point: str = "Model") -> "Task":

@@ -382,14 +382,5 @@ def spawn_worker(env: dict[str, str], proto_fd: int, workdir: str) -> ZygoteChil
     raise AssertionError("unreachable")
 
 
-def close_all() -> None:
-    """Stop every zygote of this process (they also exit on their own when it exits)."""
-    with _zygotes_lock:
-        zs = [z for _, z in _zygotes.values()]
-        _zygotes.clear()
-    for z in zs:
-        z.close()
-
-
 if __name__ == "__main__":
     sys.exit(serve(int(sys.argv[1])))
