@@ -16,14 +16,14 @@
 #    every call; the limit is 64 MiB a call). Every chunk holds SHA256SUMS and MANIFEST.
 # Prints the total MiB and the number of chunks. Re-running reuses the downloads in $CACHE.
 #
-# Environment: CACHE [/tmp/drkernel-verl-wheels], CHUNK_MIB [58], PART_MIB [CHUNK_MIB - 1],
+# Environment: CACHE [/tmp/drkernel-verl-wheels], CHUNK_MIB [59], PART_MIB [CHUNK_MIB - 1],
 # PYTHON [python3] (any Python with pip; the wheels are chosen for 3.12 whatever it is).
 set -euo pipefail
 TARGET="${1:?usage: verl_stage_prepare.sh TARGET_DIR (e.g. /work/main/.whl)}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 LIST="$HERE/verl_wheels.txt"
 CACHE="${CACHE:-/tmp/drkernel-verl-wheels}"
-CHUNK_MIB="${CHUNK_MIB:-58}"
+CHUNK_MIB="${CHUNK_MIB:-59}"
 PART_MIB="${PART_MIB:-$((CHUNK_MIB - 1))}"
 PY="${PYTHON:-python3}"
 DL="$CACHE/download"
