@@ -24,7 +24,11 @@ The output (:class:`KernelAgentLoopOutput`) is one row per trajectory: ``respons
 the model's tokens, ``rollout_log_probs`` are the server's log-probs (0 on feedback tokens), and
 ``rm_scores`` holds each turn's reward on that turn's last model token. Extra fields for drkernel's
 trainer: ``tok_turn_index`` (L,), and per-turn ``turn_rewards``, ``turn_exists``,
-``turn_meaningful``, ``turn_correct``, ``turn_coverage``, ``turn_speedup`` (T,), ``failed`` (1,).
+``turn_meaningful``, ``turn_correct``, ``turn_coverage``, ``turn_speedup`` (T,), ``failed`` (1,); in
+``extra_fields``: ``reward_extra_info`` (the group filter's ``last_turn_reward`` and more),
+``turn_results`` (each turn's verdict) and ``rollout_timing`` (the episode's generation and grading
+wall time, its evaluation count and sampled tokens; drkernel's trainer logs them as
+``drkernel/rollout/*``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import functools
 import itertools
 import logging
 import math
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -76,6 +81,8 @@ class ServerTokenGenerate:
         self.loop = loop
         self.forced_replies = dict(forced_replies or {})  # turn -> reply text (solution mix; testing only)
         self.forced_turns: list[int] = []
+        self.generate_s = 0.0  # wall time in the server's generate calls
+        self.sampled_tokens = 0
         self.sampling_params = dict(sampling_params)
         self.response_length = int(response_length)
         self.prompt_length = int(prompt_length)
@@ -138,6 +145,7 @@ class ServerTokenGenerate:
         room = self.response_length - len(self.response_mask)
         params = {**self.sampling_params, **sampling, "max_tokens": max(1, min(self.max_tokens_per_turn, room))}
         forced = self._forced_ids(room)
+        t0 = time.perf_counter()
         if forced is not None:
             token_ids, logprobs, out = await self._score_forced(forced, params)
             self.forced_turns.append(self.turns)
@@ -146,6 +154,8 @@ class ServerTokenGenerate:
                                                           sampling_params=params)
             token_ids = list(out.token_ids)[: params["max_tokens"]]
             logprobs = list(out.log_probs)[: len(token_ids)] if out.log_probs else [0.0] * len(token_ids)
+            self.sampled_tokens += len(token_ids)
+        self.generate_s += time.perf_counter() - t0
         merge = self.loop.continuous_token_builder.merge_assistant_tokens(self.runtime_ids, token_ids)
         self._align(merge, turn=self.turns, assistant_logprobs=logprobs)
         text = self.loop.tokenizer.decode(token_ids, skip_special_tokens=True)
@@ -270,20 +280,21 @@ class KernelAgentLoop(AgentLoopBase):
         episode = EpisodeConfig(max_turns=int(agent["max_turns"]), prompt_template=str(agent["prompt_template"]),
                                 reward=reward_config(node), no_code_reward=float(agent["no_code_reward"]),
                                 max_feedback_chars=int(agent["max_feedback_chars"]), seed=agent.get("seed"))
-        grader = self._grader(grader_settings(node), shared_grader)
+        grader = _TimedGrader(self._grader(grader_settings(node), shared_grader))
         # The dataset's first message is the rendered prompt (drkernel data build); start from it.
         generate = _FirstPromptFromRow(backend, messages) if messages else backend
         trajectory = await run_episode(task, generate, grader, episode, finalize=False)
         if trajectory.error and backend.budget_exhausted:
             trajectory.error = None  # out of room, not a failure: the turns played are trained
         finalize_trajectory(trajectory)
-        return self._output(backend, trajectory, int(agent["max_turns"]))
+        return self._output(backend, trajectory, int(agent["max_turns"]), grader)
 
     def _grader(self, settings: dict[str, Any], shared) -> Any:
         grader = getattr(self, "grader", None)  # tests inject one
         return grader if grader is not None else shared(settings)
 
-    def _output(self, backend: ServerTokenGenerate, trajectory, max_turns: int) -> KernelAgentLoopOutput:
+    def _output(self, backend: ServerTokenGenerate, trajectory, max_turns: int,
+                grader: "_TimedGrader | None" = None) -> KernelAgentLoopOutput:
         turns = trajectory.turns[:max_turns]
         pad = max_turns - len(turns)
         res = [t.result for t in turns]
@@ -303,6 +314,10 @@ class KernelAgentLoop(AgentLoopBase):
         if getattr(self, "_solution_mix", False):  # testing only: how many turns were the bundled solution
             extra["reward_extra_info"]["solution_turns"] = float(len(backend.forced_turns))
         extra["turn_results"] = [None if r is None else _compact(r) for r in res]  # no details: TQ carries it
+        grade_s = grader.seconds if grader is not None else 0.0
+        extra["rollout_timing"] = {  # read by drkernel's trainer (drkernel/rollout/* metrics)
+            "generate_s": backend.generate_s, "grade_s": grade_s,
+            "evaluations": grader.evaluations if grader is not None else 0, "sampled_tokens": backend.sampled_tokens}
         return KernelAgentLoopOutput(
             prompt_ids=backend.prompt_ids,
             response_ids=backend.response_ids,
@@ -310,7 +325,7 @@ class KernelAgentLoop(AgentLoopBase):
             response_logprobs=backend.response_logprobs,
             reward_score=float(sum(turn_rewards)),
             num_turns=2 * len(turns),
-            metrics=AgentLoopMetrics(),
+            metrics=AgentLoopMetrics(generate_sequences=backend.generate_s, tool_calls=grade_s),
             extra_fields=extra,
             tok_turn_index=backend.tok_turn,
             turn_rewards=turn_rewards,
@@ -323,6 +338,30 @@ class KernelAgentLoop(AgentLoopBase):
             + [math.nan] * pad,
             failed=trajectory.failed,
         )
+
+
+class _TimedGrader:
+    """The episode's view of the shared grader: counts its evaluations and their wall time."""
+
+    def __init__(self, grader: Any):
+        self.grader = grader
+        self.seconds = 0.0
+        self.evaluations = 0
+
+    @property
+    def capacity(self) -> int:
+        return self.grader.capacity
+
+    async def agrade(self, *args: Any, **kwargs: Any):
+        t0 = time.perf_counter()
+        try:
+            return await self.grader.agrade(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - t0
+            self.evaluations += 1
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.grader, name)
 
 
 _EPISODES = itertools.count()

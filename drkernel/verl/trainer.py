@@ -145,9 +145,41 @@ class DrKernelPPOTrainer(PPOTrainerSync):
         out, step_metrics, self._step_state = run_step(padded, uids, self._step_config, self._step_state,
                                                        generator=self._generator)
         metrics.update(step_metrics)
+        metrics.update(self._rollout_metrics(batch))
         out["loss_mask"] = out["response_mask"]  # verl's agent loop stores both; keep them equal
         written = TensorDict({k: to_nested(v, nested_mask) for k, v in out.items()}, batch_size=len(batch))
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=written)
+
+
+    def _rollout_metrics(self, batch) -> dict[str, float]:
+        """``drkernel/rollout/*`` from the episodes' ``extra_fields['rollout_timing']`` (agent loop).
+
+        Grading overlaps generation inside verl's ``gen`` phase, so these are sums and spreads of
+        per-episode wall times, not a phase of the step: ``evaluations`` (count), ``grade_s/sum``,
+        ``grade_s/max``, ``generate_s/mean``, ``generate_s/max``, ``sampled_tokens``,
+        ``solution_turns`` (testing runs with ``drkernel.agent.solution_mix``).
+        """
+        try:
+            data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+            extras = [getattr(v, "data", v) for v in list(data["extra_fields"])]
+        except Exception as exc:  # noqa: BLE001 - metrics only: never fail a step for them
+            logger.warning("drkernel: no rollout timing metrics (%s: %s)", type(exc).__name__, exc)
+            return {}
+        timing = [e.get("rollout_timing") for e in extras if isinstance(e, dict) and e.get("rollout_timing")]
+        if not timing:
+            return {}
+        out = {
+            "drkernel/rollout/evaluations": float(sum(t["evaluations"] for t in timing)),
+            "drkernel/rollout/grade_s/sum": float(sum(t["grade_s"] for t in timing)),
+            "drkernel/rollout/grade_s/max": float(max(t["grade_s"] for t in timing)),
+            "drkernel/rollout/generate_s/mean": float(np.mean([t["generate_s"] for t in timing])),
+            "drkernel/rollout/generate_s/max": float(max(t["generate_s"] for t in timing)),
+            "drkernel/rollout/sampled_tokens": float(sum(t["sampled_tokens"] for t in timing)),
+        }
+        infos = [e.get("reward_extra_info", {}) for e in extras if isinstance(e, dict)]
+        if any("solution_turns" in i for i in infos):
+            out["drkernel/rollout/solution_turns"] = float(sum(i.get("solution_turns", 0.0) for i in infos))
+        return out
 
 
 def register() -> None:

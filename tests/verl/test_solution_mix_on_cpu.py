@@ -158,6 +158,12 @@ def test_forced_turns_are_graded_as_real_kernels(mixed) -> None:
     assert outs[0].turn_rewards[0] > 0.5 and outs[2].turn_rewards[1] > 0.5  # correct + speed/coverage terms
     assert outs[1].turn_rewards == [0.0, 0.0]
     assert outs[2].turn_coverage[1] > 0.4
+    # the episodes' rollout timing (drkernel's trainer logs it as drkernel/rollout/*)
+    timing = [o.extra_fields["rollout_timing"] for o in outs]
+    assert [t["evaluations"] for t in timing] == [2, 0, 1, 0]
+    assert timing[0]["grade_s"] > 0 and timing[1]["grade_s"] == 0 and all(t["generate_s"] > 0 for t in timing)
+    assert timing[0]["sampled_tokens"] == 0 and timing[1]["sampled_tokens"] > 0
+    assert outs[0].metrics.tool_calls == timing[0]["grade_s"]
 
 
 def test_a_forced_reply_that_does_not_fit_is_sampled(tiny_tokenizer) -> None:

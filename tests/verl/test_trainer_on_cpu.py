@@ -97,6 +97,27 @@ def test_compute_advantage_reads_and_writes_transfer_queue_fields(monkeypatch) -
     assert "drkernel/trloo/adv_mean" in metrics
 
 
+def test_rollout_metrics_from_the_episodes_extra_fields(monkeypatch) -> None:
+    timing = [{"generate_s": 1.0 + i, "grade_s": 2.0 * i, "evaluations": i, "sampled_tokens": 10 * i} for i in range(4)]
+    extras = NonTensorStack(*[{"rollout_timing": t, "reward_extra_info": {"solution_turns": float(i % 2)}}
+                              for i, t in enumerate(timing)])
+    td = TensorDict({"extra_fields": extras}, batch_size=4)
+
+    def get(keys, partition_id, select_fields):
+        assert select_fields == ["extra_fields"]
+        return td
+
+    monkeypatch.setattr(trainer_mod.tq, "kv_batch_get", get)
+    t = object.__new__(trainer_mod.DrKernelPPOTrainer)
+    m = t._rollout_metrics(_Meta())
+    assert m["drkernel/rollout/evaluations"] == 6.0 and m["drkernel/rollout/grade_s/sum"] == 12.0
+    assert m["drkernel/rollout/grade_s/max"] == 6.0 and m["drkernel/rollout/generate_s/mean"] == 2.5
+    assert m["drkernel/rollout/sampled_tokens"] == 60.0 and m["drkernel/rollout/solution_turns"] == 2.0
+    # metrics only: a batch without the field logs nothing and never fails the step
+    monkeypatch.setattr(trainer_mod.tq, "kv_batch_get", lambda **kw: TensorDict({}, batch_size=4))
+    assert t._rollout_metrics(_Meta()) == {}
+
+
 def test_group_filter_classification() -> None:
     dropped = trainer_mod.classify_groups(
         {"same": [1.0, 1.0, 1.0], "signal": [0.0, 1.5, 0.2], "tiny": [0.5, 0.5004, 0.5], "small": [0.0, 2.0]},
