@@ -19,7 +19,10 @@ are verl's):
   last-turn reward after the meaningful-turn zeroing (what the step filters on), so a step never
   has to be skipped: the groups wait in verl's buffer instead of in the step's state.
 
-Register with ``trainer.v1.trainer_mode=drkernel_sync`` (the plugin registers it).
+Register with ``trainer.v1.trainer_mode=drkernel_sync`` (the plugin registers it). verl's base
+class reads its mode back from that setting and compares it with ``"sync"`` (dataloader refill,
+TransferQueue bookkeeping, checkpoints), so :attr:`DrKernelPPOTrainer.trainer_mode` always says
+``"sync"``: this trainer is verl's sync trainer, registered under its own name.
 """
 
 from __future__ import annotations
@@ -109,13 +112,27 @@ class DrKernelPPOTrainer(PPOTrainerSync):
                                         samples_per_prompt=int(config.actor_rollout_ref.rollout.n))
         self._step_state = None
         self._generator = torch.Generator().manual_seed(int(self._node["seed"]))
+        if self._node["group_filter"]["enable"]:
+            # exact refill counts: one prompt per dataloader fetch, as verl sets it for its own DAPO filter
+            from omegaconf import open_dict
+
+            with open_dict(config):
+                config.data.gen_batch_size = 1
         super().__init__(config)
+
+    @property
+    def trainer_mode(self) -> str:
+        """Always ``"sync"``: verl's base compares the mode with ``"sync"``, not with the registry name."""
+        return "sync"
+
+    @trainer_mode.setter
+    def trainer_mode(self, value: str) -> None:
+        if value not in ("sync", TRAINER_NAME):
+            raise ValueError(f"{TRAINER_NAME} is verl's sync trainer; got trainer_mode={value!r}")
 
     def _build_replay_buffer(self) -> ReplayBuffer:
         if not self._node["group_filter"]["enable"]:
             return super()._build_replay_buffer()
-        if self.trainer_mode != "sync":
-            raise ValueError("drkernel's group filter runs in the sync trainer only")
         sampler = self.config.trainer.v1.sampler
         filter_cfg = self.config.algorithm.get("filter_groups", None) or {}
         return DrKernelReplayBuffer(

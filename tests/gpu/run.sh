@@ -4,6 +4,8 @@
 #                                         single fused (default: all; one 10-minute device call holds
 #                                         about three of them: pass stages to split the run)
 #                                         probe sweep (suite authors' tools, not in the default)
+#                                         verl (3 verl PPO steps with vLLM; needs the carried wheels
+#                                         installed first: tests/gpu/verl/README.md; not in the default)
 # Stages service, agent and local need the serve/agent/local extras' pure-Python packages
 # (pip install -e '.[serve,agent,local]'; on a machine without internet, install their wheels).
 # Results go to $OUT (default /tmp/drkernel-gpu): logs, results.json, summary.md, plots.
@@ -51,6 +53,9 @@ for stage in $STAGES; do
                   --out "$OUT/speed_$suite$SUFFIX.json" 2>&1 | tee "$OUT/speed_$suite$SUFFIX.log" || status=1
               done ;;
     sweep)    $PY tests/gpu/gemm_sweep.py --out "$OUT/gemm_sweep.json" 2>&1 | tee "$OUT/gemm_sweep.log" || status=1 ;;
+    # --- verl: real verl PPO steps with vLLM rollouts (tests/gpu/verl/README.md) ---------------
+    verl)     OUT="$OUT" bash tests/gpu/verl/ppo_steps.sh || status=1 ;;
+    # ------------------------------------------------------------------------------------------
     *) echo "unknown stage $stage"; status=2 ;;
   esac
 done
