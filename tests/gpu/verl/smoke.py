@@ -21,6 +21,11 @@ MODULES = [
     "verl.workers.engine.fsdp.transformer_impl",
     "verl.experimental.agent_loop.agent_loop",
     "verl.workers.rollout.vllm_rollout.vllm_async_server",
+    "verl.trainer.ppo.v1.replay_buffer",
+    "verl.experimental.reward_loop.reward_loop",
+    "verl.checkpoint_engine",
+    "verl.workers.rollout.vllm_rollout.vllm_rollout",
+    "verl.utils.checkpoint.fsdp_checkpoint_manager",
     "verl.utils.tracking",
     "torch.utils.tensorboard",
     # vLLM: the async engine, its engine-core process, the OpenAI server, the GPU worker path
@@ -34,7 +39,13 @@ MODULES = [
     "vllm.model_executor.models.qwen3",
     "vllm.v1.attention.backends.flash_attn",
     "vllm.v1.sample.sampler",
+    "vllm.v1.core.sched.scheduler",
     "vllm.model_executor.model_loader",
+    "vllm.model_executor.model_loader.dummy_loader",
+    # vLLM's compiled parts against the image's torch/CUDA (these need a GPU machine)
+    "vllm._custom_ops",
+    "vllm.device_allocator.cumem",
+    "vllm.vllm_flash_attn",
     # drkernel's verl integration
     "drkernel.verl.plugin",
     "drkernel.verl.agent_loop",
