@@ -48,6 +48,8 @@ tail -n +1 -f "$WORK/ppo.log" --pid=$pid | grep --line-buffered -E \
   | cut -c1-400
 wait $pid; rc=$?
 echo "== verl: drkernel.train exit $rc after $((SECONDS - t0)) s"
+# a run cut off by the timeout leaves Ray's processes (and vLLM's engine) holding the GPU
+[ $rc -eq 0 ] || ray stop --force > /dev/null 2>&1 || true
 
 size=$(stat -c %s "$WORK/ppo.log" 2>/dev/null || echo 0)
 if [ "$size" -gt $((15 * 1024 * 1024)) ]; then
