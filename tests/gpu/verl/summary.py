@@ -46,6 +46,9 @@ def summarize(rows: list[dict], ckpt: Path | None = None) -> str:
                  tokens / d["timing_s/step"] if tokens is not None and d.get("timing_s/step") else None,
                  d.get("drkernel/reward/mean", d.get("critic/score/mean")), d.get("drkernel/rollout/solution_turns")]
         lines.append("| " + " | ".join(_f(c) for c in cells) + " |")
+    lines += ["", "Seconds. `gen` is the rollout phase: vLLM generation and the grading inside the agent loop, "
+              "which overlap; `grade_s(sum)` adds up the episodes' grading wall time. evals/s and "
+              "sampled_tok/s are per second of `gen`; tok/s is all tokens of the batch per second of `step`."]
     if rows:
         last = rows[-1]["data"]
         groups = [("drkernel: per turn (kernel verdicts, rewards)", ("drkernel/kernel/", "drkernel/reward/")),
