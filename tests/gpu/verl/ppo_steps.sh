@@ -40,7 +40,8 @@ for k in PYTHONPATH VLLM_USE_FLASHINFER_SAMPLER VLLM_ENABLE_V1_MULTIPROCESSING H
 done
 
 echo "== verl: $STEPS PPO steps (python -m drkernel.train, ${#OVERRIDES[@]} overrides; limit ${PPO_TIMEOUT:-420} s)"
-timeout --kill-after=20 "${PPO_TIMEOUT:-420}" $PY -m drkernel.train "${OVERRIDES[@]}" "${FORWARD[@]}" "$@" \
+timeout --kill-after=20 "${PPO_TIMEOUT:-420}" $PY -m drkernel.train "${OVERRIDES[@]}" "${FORWARD[@]}" \
+  "hydra.run.dir=$WORK/hydra" "$@" \
   > "$WORK/ppo.log" 2>&1 &
 pid=$!
 tail -n +1 -f "$WORK/ppo.log" --pid=$pid | grep --line-buffered -E \
