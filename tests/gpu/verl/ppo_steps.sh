@@ -46,7 +46,7 @@ timeout --kill-after=20 "${PPO_TIMEOUT:-420}" $PY -m drkernel.train "${OVERRIDES
 pid=$!
 tail -n +1 -f "$WORK/ppo.log" --pid=$pid | grep --line-buffered -E \
   "^== |drkernel:|step:[0-9]|Error|error:|Traceback|FAIL|WARNING.*drkernel|ray init|Total available GPUs|out of memory" \
-  | cut -c1-400
+  | grep --line-buffered -v -E "UserWarning|warnings.warn" | cut -c1-400
 wait $pid; rc=$?
 echo "== verl: drkernel.train exit $rc after $((SECONDS - t0)) s"
 # a run cut off by the timeout leaves Ray's processes (and vLLM's engine) holding the GPU
