@@ -26,7 +26,7 @@ t0=$SECONDS
 echo "== verl: tiny model and data"
 $PY -m drkernel.cli data build --suite envs/single_ops --out "$WORK/data/train.parquet" --split-test 4 || exit 1
 $PY tests/gpu/verl/make_tiny.py --out "$WORK/model" --suite envs/single_ops --data "$WORK/data" 2>&1 \
-  | grep -v "Writing model shards" || exit 1
+  | grep -v -E "Writing model shards|UserWarning|warnings.warn" || exit 1
 
 mapfile -t OVERRIDES < <(sed -e '/^[[:space:]]*#/d' -e '/^[[:space:]]*$/d' \
   -e "s|\$MODEL|$WORK/model|g; s|\$DATA|$WORK/data|g; s|\$WORK|$WORK|g; s|\$SUITE|$SUITE|g; s|\$STEPS|$STEPS|g" \
