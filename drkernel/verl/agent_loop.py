@@ -13,20 +13,33 @@ agent-loop workers and awaits :meth:`KernelAgentLoop.run`. The loop runs
   verl never has to cut a response, and when no room is left the episode simply ends there (its
   turns so far are kept and trained, instead of training on a context different from the one
   that was sampled; reference §9.18);
-- grading goes through the ``Grader`` protocol chosen by ``drkernel.grader.kind``.
+- grading goes through the ``Grader`` protocol chosen by ``drkernel.grader.kind``;
+- testing only (``drkernel.agent.solution_mix`` > 0, default 0): some episodes answer with the
+  suite's bundled solution instead of sampling (:func:`solution_turns`), so that an untrained
+  model's run still grades real kernels. The reply's token ids go into the same stream as sampled
+  ones, and their rollout log-probs are the rollout engine's own (vLLM ``prompt_logprobs`` of
+  the forced tokens), so the trainer sees the same token-in/token-out row as for a sampled reply.
 
 The output (:class:`KernelAgentLoopOutput`) is one row per trajectory: ``response_mask`` is 1 on
 the model's tokens, ``rollout_log_probs`` are the server's log-probs (0 on feedback tokens), and
 ``rm_scores`` holds each turn's reward on that turn's last model token. Extra fields for drkernel's
 trainer: ``tok_turn_index`` (L,), and per-turn ``turn_rewards``, ``turn_exists``,
-``turn_meaningful``, ``turn_correct``, ``turn_coverage``, ``turn_speedup`` (T,), ``failed`` (1,).
+``turn_meaningful``, ``turn_correct``, ``turn_coverage``, ``turn_speedup`` (T,), ``failed`` (1,); in
+``extra_fields``: ``reward_extra_info`` (the group filter's ``last_turn_reward`` and more),
+``turn_results`` (each turn's verdict) and ``rollout_timing`` (the episode's generation and grading
+wall time, its evaluation count and sampled tokens; drkernel's trainer logs them as
+``drkernel/rollout/*``).
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import logging
 import math
+import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -46,7 +59,10 @@ logger = logging.getLogger(__name__)
 AGENT_NAME = "drkernel_kernel_agent"
 
 __all__ = ["AGENT_NAME", "KernelAgentLoop", "KernelAgentLoopOutput", "ServerTokenGenerate", "ResponseBudgetExhausted",
-           "register"]
+           "bundled_solution", "solution_reply", "solution_turns", "register"]
+
+END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>")
+"""Chat-template end-of-turn tokens a forced reply ends with (the first in the vocabulary; else EOS)."""
 
 
 class ResponseBudgetExhausted(RuntimeError):
@@ -61,8 +77,12 @@ class ServerTokenGenerate:
     """
 
     def __init__(self, loop: AgentLoopBase, sampling_params: dict[str, Any], *, response_length: int,
-                 prompt_length: int, max_tokens_per_turn: int):
+                 prompt_length: int, max_tokens_per_turn: int, forced_replies: dict[int, str] | None = None):
         self.loop = loop
+        self.forced_replies = dict(forced_replies or {})  # turn -> reply text (solution mix; testing only)
+        self.forced_turns: list[int] = []
+        self.generate_s = 0.0  # wall time in the server's generate calls
+        self.sampled_tokens = 0
         self.sampling_params = dict(sampling_params)
         self.response_length = int(response_length)
         self.prompt_length = int(prompt_length)
@@ -124,10 +144,18 @@ class ServerTokenGenerate:
             raise
         room = self.response_length - len(self.response_mask)
         params = {**self.sampling_params, **sampling, "max_tokens": max(1, min(self.max_tokens_per_turn, room))}
-        out = await self.loop.server_manager.generate(request_id=self.request_id, prompt_ids=list(self.runtime_ids),
-                                                      sampling_params=params)
-        token_ids = list(out.token_ids)[: params["max_tokens"]]
-        logprobs = list(out.log_probs)[: len(token_ids)] if out.log_probs else [0.0] * len(token_ids)
+        forced = self._forced_ids(room)
+        t0 = time.perf_counter()
+        if forced is not None:
+            token_ids, logprobs, out = await self._score_forced(forced, params)
+            self.forced_turns.append(self.turns)
+        else:
+            out = await self.loop.server_manager.generate(request_id=self.request_id, prompt_ids=list(self.runtime_ids),
+                                                          sampling_params=params)
+            token_ids = list(out.token_ids)[: params["max_tokens"]]
+            logprobs = list(out.log_probs)[: len(token_ids)] if out.log_probs else [0.0] * len(token_ids)
+            self.sampled_tokens += len(token_ids)
+        self.generate_s += time.perf_counter() - t0
         merge = self.loop.continuous_token_builder.merge_assistant_tokens(self.runtime_ids, token_ids)
         self._align(merge, turn=self.turns, assistant_logprobs=logprobs)
         text = self.loop.tokenizer.decode(token_ids, skip_special_tokens=True)
@@ -138,10 +166,49 @@ class ServerTokenGenerate:
             self.extra_fields.setdefault("min_global_steps", steps["min_global_steps"])
         if steps.get("max_global_steps") is not None:
             self.extra_fields["max_global_steps"] = steps["max_global_steps"]
-        finish = "length" if len(token_ids) >= params["max_tokens"] else (out.stop_reason or "stop")
+        if forced is not None:
+            finish = "stop"  # a forced reply ends with its end-of-turn token
+        else:
+            finish = "length" if len(token_ids) >= params["max_tokens"] else (out.stop_reason or "stop")
         return Generation(text=text, token_ids=token_ids, logprobs=logprobs, prompt_token_ids=list(self.runtime_ids[
             : len(self.runtime_ids) - len(token_ids)]), finish_reason=finish,
             usage={"prompt_tokens": len(self.runtime_ids) - len(token_ids), "completion_tokens": len(token_ids)})
+
+    def _forced_ids(self, room: int) -> list[int] | None:
+        """The token ids of this turn's forced reply (text + end-of-turn token), or None to sample.
+
+        A forced reply that does not fit in what is left of ``rollout.response_length`` (one token
+        of headroom kept for the engine) is not forced: the turn is sampled as usual.
+        """
+        text = self.forced_replies.get(self.turns)
+        if text is None:
+            return None
+        tok = self.loop.tokenizer
+        ids = list(tok.encode(text, add_special_tokens=False)) + [_end_of_turn_id(tok)]
+        if len(ids) >= room:
+            logger.warning("solution_mix: the bundled solution (%d tokens) does not fit in the %d tokens left; "
+                           "sampling turn %d instead", len(ids), room, self.turns + 1)
+            return None
+        return ids
+
+    async def _score_forced(self, ids: list[int], params: dict[str, Any]):
+        """Rollout log-probs of a forced reply: the engine's ``prompt_logprobs`` over context + reply.
+
+        One request with the reply appended to the prompt, ``max_tokens=1`` (the sampled token is
+        dropped) and ``prompt_logprobs=0``; verl's vLLM server returns the log-prob of each prompt
+        token given its prefix in ``extra_fields["prompt_logprobs"]`` (entry j is token j + 1).
+        """
+        context = len(self.runtime_ids)
+        score_params = {**params, "max_tokens": 1, "prompt_logprobs": 0}
+        out = await self.loop.server_manager.generate(request_id=self.request_id,
+                                                      prompt_ids=list(self.runtime_ids) + list(ids),
+                                                      sampling_params=score_params)
+        rows = (out.extra_fields or {}).get("prompt_logprobs")
+        if rows is None or len(rows) < context + len(ids) - 1:
+            raise RuntimeError("solution_mix needs the rollout server's prompt_logprobs (verl's vLLM server returns "
+                               "them in TokenOutput.extra_fields['prompt_logprobs'])")
+        logprobs = [float(rows[context + k - 1][0]) for k in range(len(ids))]
+        return list(ids), logprobs, out
 
 
 class KernelAgentLoopOutput(AgentLoopOutput):
@@ -204,26 +271,30 @@ class KernelAgentLoop(AgentLoopBase):
         agent = node["agent"]
         task = _task_from_row(kwargs)
         messages = list(kwargs.get("raw_prompt") or [])
+        self._solution_mix = int(agent.get("solution_mix") or 0) > 0
+        forced = solution_turns(agent, kwargs, task_id=_task_id(kwargs), reference=task.source)
         backend = ServerTokenGenerate(
             self, sampling_params, response_length=int(self.rollout_config.response_length),
-            prompt_length=int(self.rollout_config.prompt_length), max_tokens_per_turn=int(agent["max_tokens_per_turn"]))
+            prompt_length=int(self.rollout_config.prompt_length), max_tokens_per_turn=int(agent["max_tokens_per_turn"]),
+            forced_replies=forced)
         episode = EpisodeConfig(max_turns=int(agent["max_turns"]), prompt_template=str(agent["prompt_template"]),
                                 reward=reward_config(node), no_code_reward=float(agent["no_code_reward"]),
                                 max_feedback_chars=int(agent["max_feedback_chars"]), seed=agent.get("seed"))
-        grader = self._grader(grader_settings(node), shared_grader)
+        grader = _TimedGrader(self._grader(grader_settings(node), shared_grader))
         # The dataset's first message is the rendered prompt (drkernel data build); start from it.
         generate = _FirstPromptFromRow(backend, messages) if messages else backend
         trajectory = await run_episode(task, generate, grader, episode, finalize=False)
         if trajectory.error and backend.budget_exhausted:
             trajectory.error = None  # out of room, not a failure: the turns played are trained
         finalize_trajectory(trajectory)
-        return self._output(backend, trajectory, int(agent["max_turns"]))
+        return self._output(backend, trajectory, int(agent["max_turns"]), grader)
 
     def _grader(self, settings: dict[str, Any], shared) -> Any:
         grader = getattr(self, "grader", None)  # tests inject one
         return grader if grader is not None else shared(settings)
 
-    def _output(self, backend: ServerTokenGenerate, trajectory, max_turns: int) -> KernelAgentLoopOutput:
+    def _output(self, backend: ServerTokenGenerate, trajectory, max_turns: int,
+                grader: "_TimedGrader | None" = None) -> KernelAgentLoopOutput:
         turns = trajectory.turns[:max_turns]
         pad = max_turns - len(turns)
         res = [t.result for t in turns]
@@ -240,7 +311,13 @@ class KernelAgentLoop(AgentLoopBase):
             "passed_any": float(any(r is not None and r.passed for r in res)),
             "failed": float(trajectory.failed),
         }
+        if getattr(self, "_solution_mix", False):  # testing only: how many turns were the bundled solution
+            extra["reward_extra_info"]["solution_turns"] = float(len(backend.forced_turns))
         extra["turn_results"] = [None if r is None else _compact(r) for r in res]  # no details: TQ carries it
+        grade_s = grader.seconds if grader is not None else 0.0
+        extra["rollout_timing"] = {  # read by drkernel's trainer (drkernel/rollout/* metrics)
+            "generate_s": backend.generate_s, "grade_s": grade_s,
+            "evaluations": grader.evaluations if grader is not None else 0, "sampled_tokens": backend.sampled_tokens}
         return KernelAgentLoopOutput(
             prompt_ids=backend.prompt_ids,
             response_ids=backend.response_ids,
@@ -248,7 +325,7 @@ class KernelAgentLoop(AgentLoopBase):
             response_logprobs=backend.response_logprobs,
             reward_score=float(sum(turn_rewards)),
             num_turns=2 * len(turns),
-            metrics=AgentLoopMetrics(),
+            metrics=AgentLoopMetrics(generate_sequences=backend.generate_s, tool_calls=grade_s),
             extra_fields=extra,
             tok_turn_index=backend.tok_turn,
             turn_rewards=turn_rewards,
@@ -261,6 +338,108 @@ class KernelAgentLoop(AgentLoopBase):
             + [math.nan] * pad,
             failed=trajectory.failed,
         )
+
+
+class _TimedGrader:
+    """The episode's view of the shared grader: counts its evaluations and their wall time."""
+
+    def __init__(self, grader: Any):
+        self.grader = grader
+        self.seconds = 0.0
+        self.evaluations = 0
+
+    @property
+    def capacity(self) -> int:
+        return self.grader.capacity
+
+    async def agrade(self, *args: Any, **kwargs: Any):
+        t0 = time.perf_counter()
+        try:
+            return await self.grader.agrade(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - t0
+            self.evaluations += 1
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.grader, name)
+
+
+_EPISODES = itertools.count()
+"""Episodes started in this process: the sample index when the row carries no ``session_id``."""
+
+
+def _task_id(kwargs: dict[str, Any]) -> str | None:
+    extra = kwargs.get("extra_info") or {}
+    return str(extra["task_id"]) if extra.get("task_id") else None
+
+
+def _end_of_turn_id(tokenizer) -> int:
+    vocab = tokenizer.get_vocab()
+    for token in END_OF_TURN_TOKENS:
+        if token in vocab:
+            return int(vocab[token])
+    if tokenizer.eos_token_id is None:
+        raise ValueError("solution_mix: the tokenizer has no end-of-turn or EOS token to end a forced reply with")
+    return int(tokenizer.eos_token_id)
+
+
+@functools.lru_cache(maxsize=8)
+def _suite_solutions(suite_dir: str) -> tuple[dict[str, str], dict[str, str]]:
+    """``({task id: solution source}, {reference source (stripped): solution source})`` of a suite."""
+    from drkernel.env import load_suite
+
+    suite = load_suite(suite_dir)
+    by_id, by_source = {}, {}
+    for t in suite.tasks:
+        if t.solution is not None and Path(t.solution).exists():
+            solution = Path(t.solution).read_text(encoding="utf-8")
+            by_id[t.id] = solution
+            by_source[Path(t.path).read_text(encoding="utf-8").strip()] = solution
+    if not by_id:
+        raise ValueError(f"solution_mix: suite {suite_dir} has no bundled solutions")
+    return by_id, by_source
+
+
+def bundled_solution(suite_dir: str | Path, *, task_id: str | None = None, reference: str | None = None) -> str | None:
+    """The suite's bundled solution of a task, by task id, else by its reference source; None if none."""
+    by_id, by_source = _suite_solutions(str(Path(suite_dir).resolve()))
+    if task_id is not None and task_id in by_id:
+        return by_id[task_id]
+    return by_source.get((reference or "").strip())
+
+
+def solution_reply(solution: str) -> str:
+    """The reply text of a forced turn (the same wording as the local trainer's ``--solution-mix``)."""
+    return "Here is my kernel.\n```python\n" + solution.strip("\n") + "\n```"
+
+
+def solution_turns(agent: dict[str, Any], kwargs: dict[str, Any], *, task_id: str | None = None,
+                   reference: str | None = None) -> dict[int, str]:
+    """Testing only: ``{turn: reply}`` of the turns this episode answers with the bundled solution.
+
+    ``drkernel.agent.solution_mix = k`` (0 = off): in each group of ``rollout.n`` samples, sample
+    ``j`` (verl's ``session_id``; a per-process episode count where a row has none) with
+    ``j % k == 0`` answers with the task's bundled solution from ``drkernel.agent.solution_suite``,
+    from turn ``(j // k) % max_turns`` (0-based) to the last, and samples the turns before that.
+    With ``k = 2`` and ``n = 4``: sample 0 from turn 1, sample 2 from turn 2, samples 1 and 3 never,
+    so every group has reward variance and turns of both kinds. A task with no bundled solution is
+    never forced.
+    """
+    every = int(agent.get("solution_mix") or 0)
+    if every <= 0:
+        return {}
+    if not agent.get("solution_suite"):
+        raise ValueError("drkernel.agent.solution_mix > 0 needs drkernel.agent.solution_suite (a suite directory)")
+    j = kwargs.get("session_id")
+    j = next(_EPISODES) if j is None else int(j)
+    if j % every:
+        return {}
+    solution = bundled_solution(agent["solution_suite"], task_id=task_id, reference=reference)
+    if solution is None:
+        return {}
+    max_turns = int(agent["max_turns"])
+    start = (j // every) % max_turns
+    return {t: solution_reply(solution) for t in range(start, max_turns)}
 
 
 def _compact(result) -> dict[str, Any]:

@@ -16,7 +16,7 @@ __all__ = ["DEFAULTS", "drkernel_node", "step_config", "reward_config", "grader_
 
 DEFAULTS: dict[str, Any] = {
     "agent": {"max_turns": 3, "prompt_template": "triton_kernelbench", "max_tokens_per_turn": 8192,
-              "max_feedback_chars": 2000, "no_code_reward": 0.0, "seed": 0},
+              "max_feedback_chars": 2000, "no_code_reward": 0.0, "seed": 0, "solution_mix": 0, "solution_suite": None},
     "grader": {"kind": "local", "device": "cuda", "capacity": None, "url": None, "num_actors": None,
                "options": {}},
     "reward": {"name": "speedup", "correct_weight": 0.5, "performance_weight": 0.5, "speedup_upper": 3.0,

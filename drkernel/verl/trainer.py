@@ -19,7 +19,10 @@ are verl's):
   last-turn reward after the meaningful-turn zeroing (what the step filters on), so a step never
   has to be skipped: the groups wait in verl's buffer instead of in the step's state.
 
-Register with ``trainer.v1.trainer_mode=drkernel_sync`` (the plugin registers it).
+Register with ``trainer.v1.trainer_mode=drkernel_sync`` (the plugin registers it). verl's base
+class reads its mode back from that setting and compares it with ``"sync"`` (dataloader refill,
+TransferQueue bookkeeping, checkpoints), so :attr:`DrKernelPPOTrainer.trainer_mode` always says
+``"sync"``: this trainer is verl's sync trainer, registered under its own name.
 """
 
 from __future__ import annotations
@@ -109,13 +112,27 @@ class DrKernelPPOTrainer(PPOTrainerSync):
                                         samples_per_prompt=int(config.actor_rollout_ref.rollout.n))
         self._step_state = None
         self._generator = torch.Generator().manual_seed(int(self._node["seed"]))
+        if self._node["group_filter"]["enable"]:
+            # exact refill counts: one prompt per dataloader fetch, as verl sets it for its own DAPO filter
+            from omegaconf import open_dict
+
+            with open_dict(config):
+                config.data.gen_batch_size = 1
         super().__init__(config)
+
+    @property
+    def trainer_mode(self) -> str:
+        """Always ``"sync"``: verl's base compares the mode with ``"sync"``, not with the registry name."""
+        return "sync"
+
+    @trainer_mode.setter
+    def trainer_mode(self, value: str) -> None:
+        if value not in ("sync", TRAINER_NAME):
+            raise ValueError(f"{TRAINER_NAME} is verl's sync trainer; got trainer_mode={value!r}")
 
     def _build_replay_buffer(self) -> ReplayBuffer:
         if not self._node["group_filter"]["enable"]:
             return super()._build_replay_buffer()
-        if self.trainer_mode != "sync":
-            raise ValueError("drkernel's group filter runs in the sync trainer only")
         sampler = self.config.trainer.v1.sampler
         filter_cfg = self.config.algorithm.get("filter_groups", None) or {}
         return DrKernelReplayBuffer(
@@ -145,9 +162,41 @@ class DrKernelPPOTrainer(PPOTrainerSync):
         out, step_metrics, self._step_state = run_step(padded, uids, self._step_config, self._step_state,
                                                        generator=self._generator)
         metrics.update(step_metrics)
+        metrics.update(self._rollout_metrics(batch))
         out["loss_mask"] = out["response_mask"]  # verl's agent loop stores both; keep them equal
         written = TensorDict({k: to_nested(v, nested_mask) for k, v in out.items()}, batch_size=len(batch))
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=written)
+
+
+    def _rollout_metrics(self, batch) -> dict[str, float]:
+        """``drkernel/rollout/*`` from the episodes' ``extra_fields['rollout_timing']`` (agent loop).
+
+        Grading overlaps generation inside verl's ``gen`` phase, so these are sums and spreads of
+        per-episode wall times, not a phase of the step: ``evaluations`` (count), ``grade_s/sum``,
+        ``grade_s/max``, ``generate_s/mean``, ``generate_s/max``, ``sampled_tokens``,
+        ``solution_turns`` (testing runs with ``drkernel.agent.solution_mix``).
+        """
+        try:
+            data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+            extras = [getattr(v, "data", v) for v in list(data["extra_fields"])]
+        except Exception as exc:  # noqa: BLE001 - metrics only: never fail a step for them
+            logger.warning("drkernel: no rollout timing metrics (%s: %s)", type(exc).__name__, exc)
+            return {}
+        timing = [e.get("rollout_timing") for e in extras if isinstance(e, dict) and e.get("rollout_timing")]
+        if not timing:
+            return {}
+        out = {
+            "drkernel/rollout/evaluations": float(sum(t["evaluations"] for t in timing)),
+            "drkernel/rollout/grade_s/sum": float(sum(t["grade_s"] for t in timing)),
+            "drkernel/rollout/grade_s/max": float(max(t["grade_s"] for t in timing)),
+            "drkernel/rollout/generate_s/mean": float(np.mean([t["generate_s"] for t in timing])),
+            "drkernel/rollout/generate_s/max": float(max(t["generate_s"] for t in timing)),
+            "drkernel/rollout/sampled_tokens": float(sum(t["sampled_tokens"] for t in timing)),
+        }
+        infos = [e.get("reward_extra_info", {}) for e in extras if isinstance(e, dict)]
+        if any("solution_turns" in i for i in infos):
+            out["drkernel/rollout/solution_turns"] = float(sum(i.get("solution_turns", 0.0) for i in infos))
+        return out
 
 
 def register() -> None:

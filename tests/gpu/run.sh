@@ -4,6 +4,9 @@
 #                                         local single fused (default: all; one 10-minute device call holds
 #                                         about three of them: pass stages to split the run)
 #                                         probe sweep (suite authors' tools, not in the default)
+#                                         verl (3 verl PPO steps with vLLM; needs the carried wheels
+#                                         installed first: tests/gpu/verl/README.md; not in the default)
+#                                         rollout (local generation tokens/s; not in the default)
 # Stages service, agent and local need the serve/agent/local extras' pure-Python packages
 # (pip install -e '.[serve,agent,local]'; on a machine without internet, install their wheels).
 # Results go to $OUT (default /tmp/drkernel-gpu): logs, results.json, summary.md, plots.
@@ -62,6 +65,9 @@ for stage in $STAGES; do
                 --prompt-tokens 512,2048 --new-tokens 256 --min-tokens-per-s "${ROLLOUT_MIN_TOKPS:-2000}" \
                 --out "$OUT/rollout/bench_rollout.json" 2>&1 | tee "$OUT/rollout/bench_rollout.log" || status=1 ;;
     # ---- end rollout
+    # --- verl: real verl PPO steps with vLLM rollouts (tests/gpu/verl/README.md) ---------------
+    verl)     OUT="$OUT" bash tests/gpu/verl/ppo_steps.sh || status=1 ;;
+    # ------------------------------------------------------------------------------------------
     *) echo "unknown stage $stage"; status=2 ;;
   esac
 done

@@ -97,6 +97,55 @@ def test_compute_advantage_reads_and_writes_transfer_queue_fields(monkeypatch) -
     assert "drkernel/trloo/adv_mean" in metrics
 
 
+def test_rollout_metrics_from_the_episodes_extra_fields(monkeypatch) -> None:
+    timing = [{"generate_s": 1.0 + i, "grade_s": 2.0 * i, "evaluations": i, "sampled_tokens": 10 * i} for i in range(4)]
+    extras = NonTensorStack(*[{"rollout_timing": t, "reward_extra_info": {"solution_turns": float(i % 2)}}
+                              for i, t in enumerate(timing)])
+    td = TensorDict({"extra_fields": extras}, batch_size=4)
+
+    def get(keys, partition_id, select_fields):
+        assert select_fields == ["extra_fields"]
+        return td
+
+    monkeypatch.setattr(trainer_mod.tq, "kv_batch_get", get)
+    t = object.__new__(trainer_mod.DrKernelPPOTrainer)
+    m = t._rollout_metrics(_Meta())
+    assert m["drkernel/rollout/evaluations"] == 6.0 and m["drkernel/rollout/grade_s/sum"] == 12.0
+    assert m["drkernel/rollout/grade_s/max"] == 6.0 and m["drkernel/rollout/generate_s/mean"] == 2.5
+    assert m["drkernel/rollout/sampled_tokens"] == 60.0 and m["drkernel/rollout/solution_turns"] == 2.0
+    # metrics only: a batch without the field logs nothing and never fails the step
+    monkeypatch.setattr(trainer_mod.tq, "kv_batch_get", lambda **kw: TensorDict({}, batch_size=4))
+    assert t._rollout_metrics(_Meta()) == {}
+
+
+def test_the_trainer_is_verls_sync_trainer_under_its_registry_name(monkeypatch) -> None:
+    """verl's base reads trainer.v1.trainer_mode (``drkernel_sync``) into self.trainer_mode and
+    compares it with "sync" (refill, TransferQueue bookkeeping, checkpoints): it must read "sync".
+    With the group filter on, the dataloader fetches one prompt at a time (exact refill), as verl
+    arranges for its own DAPO filter."""
+    from drkernel.train import compose
+
+    seen = {}
+
+    def base_init(self, config):  # what verl's PPOTrainer.__init__ does with the mode, without Ray
+        self.config = config
+        self.trainer_mode = config.trainer.v1.trainer_mode
+        seen["mode"] = self.trainer_mode
+        seen["sync_cfg"] = config.trainer.v1.get(self.trainer_mode, None)
+
+    monkeypatch.setattr(trainer_mod.PPOTrainerSync, "__init__", base_init)
+    cfg = compose([])
+    assert cfg.trainer.v1.trainer_mode == "drkernel_sync"
+    t = trainer_mod.DrKernelPPOTrainer(cfg)
+    assert seen == {"mode": "sync", "sync_cfg": {}} and t.trainer_mode == "sync"
+    assert cfg.data.gen_batch_size == 1
+    with pytest.raises(ValueError, match="sync trainer"):
+        t.trainer_mode = "separate_async"
+    cfg_off = compose(["drkernel.group_filter.enable=false"])
+    trainer_mod.DrKernelPPOTrainer(cfg_off)
+    assert cfg_off.data.get("gen_batch_size") is None
+
+
 def test_group_filter_classification() -> None:
     dropped = trainer_mod.classify_groups(
         {"same": [1.0, 1.0, 1.0], "signal": [0.0, 1.5, 0.2], "tiny": [0.5, 0.5004, 0.5], "small": [0.0, 2.0]},

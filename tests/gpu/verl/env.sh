@@ -1,0 +1,25 @@
+# Sourced by the device-side verl scripts (smoke.sh, tests/gpu/run.sh verl): where the carried
+# wheels are installed and the environment vLLM/verl/Ray need on the offline GPU machine
+# (/work/shared/docs/vllm-on-h100.md §4). Ray's workers and vLLM's engine process inherit it.
+_VERL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
+export VERL_SITE="${VERL_SITE:-/tmp/verl-site}"
+# The working tree first (drkernel), then the carried wheels (they shadow the image's
+# transformers 5.17 / tokenizers 0.23 with verl's 5.9 / 0.22), then whatever was set.
+case ":${PYTHONPATH:-}:" in *":$VERL_SITE:"*) ;; *) export PYTHONPATH="$_VERL_ROOT:$VERL_SITE${PYTHONPATH:+:$PYTHONPATH}" ;; esac
+export PATH="$VERL_SITE/bin:$PATH"
+export PYTHONUNBUFFERED=1
+# FlashInfer is not carried: without this the v1 Sampler imports its FlashInfer backend and fails.
+export VLLM_USE_FLASHINFER_SAMPLER=0
+export VLLM_ENABLE_V1_MULTIPROCESSING=1
+export VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 RAY_USAGE_STATS_ENABLED=0
+# `ray status` and friends without Ray's token file.
+export RAY_AUTH_MODE=disabled
+# No internet: never wait on the Hub.
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
+export TOKENIZERS_PARALLELISM=false
+# drkernel's verl plugin comes through its entry point (install.sh writes drkernel.egg-info into
+# $VERL_SITE); without that file, through verl's module list instead.
+if ! ls "$VERL_SITE"/drkernel*.egg-info >/dev/null 2>&1; then
+  export VERL_USE_EXTERNAL_MODULES="${VERL_USE_EXTERNAL_MODULES:-drkernel.verl.plugin}"
+fi
+unset _VERL_ROOT
