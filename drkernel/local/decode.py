@@ -212,7 +212,7 @@ class DecodeBatch:
     def _forward(self, ids: torch.Tensor, attn: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
         amp = (torch.autocast(self.device.type, dtype=self.autocast_dtype) if self.autocast_dtype is not None
                else contextlib.nullcontext())
-        with amp:
+        with amp, _attention_backends(self.device):
             out = self.model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True,
                              **{self._kwargs["cache"]: cache}, **self._kwargs["keep"])
         self.forwards += 1
@@ -289,6 +289,21 @@ def _truncate(probs: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------- transformers glue
+
+
+def _attention_backends(device: torch.device) -> Any:
+    """Scaled-dot-product attention without cuDNN's backend while decoding on a GPU.
+
+    The key length grows by one every step, and cuDNN builds a new execution plan for every new
+    shape: on an H100 with bf16 autocast that was ~18 ms of host time per attention call, 80 ms a
+    step for the 4-layer tiny model, against 9.6 ms in fp32, which never picks cuDNN
+    (tests/benchmarks/diagnostics/decode_step.py). Flash, memory-efficient and math kernels take
+    any length."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 def _forward_kwargs(model: Any) -> dict[str, Any]:
