@@ -18,6 +18,18 @@ def digest(task_source: str, source: str, seed) -> str:
     return hashlib.sha256(f"{task_source}\0{source}\0{seed}".encode()).hexdigest()[:16]
 
 
+def nonfinite_result(digest_: str) -> EvalResult:
+    """A result with NaN, +Inf and -Inf in every float field and nested in ``details`` (and strings
+    that only look like them)."""
+    nan, inf = float("nan"), float("inf")
+    return EvalResult(compiled=True, correct=False, speedup=nan, coverage=inf, kernel_ms=-inf, reference_ms=nan,
+                      error=EvalError("correctness", "output has 257 NaN/Inf value(s)"), feedback="Infinity",
+                      details={"digest": digest_, "first_failure": {"max_abs_err": inf, "max_rel_err": -inf,
+                                                                    "mismatch_frac": 1.0},
+                               "trials": [{"errs": [nan, 1.5, -inf, {"deep": [inf]}]}],
+                               "odd/key~name": nan, "label": "NaN", "names": ["Infinity", "-Infinity"]})
+
+
 class EchoGrader(GraderBase):
     """``details.digest`` names the submission; ``passed`` iff the candidate contains ``HONEST``.
     A candidate containing ``TASK_ERROR`` / ``ENV_FAILURE`` raises those, ``KILL_WORKER`` kills the process; ``SLEEP=<s>`` delays it."""
