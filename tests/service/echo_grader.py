@@ -32,7 +32,8 @@ def nonfinite_result(digest_: str) -> EvalResult:
 
 class EchoGrader(GraderBase):
     """``details.digest`` names the submission; ``passed`` iff the candidate contains ``HONEST``.
-    A candidate containing ``TASK_ERROR`` / ``ENV_FAILURE`` raises those, ``KILL_WORKER`` kills the process; ``SLEEP=<s>`` delays it."""
+    A candidate containing ``TASK_ERROR`` / ``ENV_FAILURE`` raises those, ``KILL_WORKER`` kills the process; ``SLEEP=<s>`` delays it.
+    ``NONFINITE`` answers :func:`nonfinite_result`."""
 
     def __init__(self, capacity: int = 2, delay_s: float = 0.05):
         super().__init__(capacity)
@@ -53,6 +54,8 @@ class EchoGrader(GraderBase):
             raise TaskError("the task raised while loading")
         if "ENV_FAILURE" in source:
             raise EnvironmentFailure("no device")
+        if "NONFINITE" in source:
+            return nonfinite_result(digest(task.source, source, seed))
         ok = "HONEST" in source
         return EvalResult(compiled=True, correct=ok, error=None if ok else EvalError("correctness", "mismatch"),
                           feedback="ok" if ok else "wrong",

@@ -11,6 +11,9 @@ Request path::
     GET /v1/jobs/{id}[?wait=S] reads the stored answer (long-polls up to S seconds);
     POST /v1/evaluate waits for it and answers the EvalResult (422 unusable task, 503 environment).
 
+Every result leaves as standard JSON (:mod:`drkernel.env.service.codec`: NaN and infinities as
+strings listed under ``"nonfinite"``).
+
 Exactly once: see :mod:`drkernel.env.service.jobs`. On start the service re-queues every job the
 store holds as queued or running, so a killed and restarted server answers what it accepted; a job
 whose evaluation was started ``max_attempts`` times without an answer (it keeps killing the server)
@@ -42,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from drkernel.env.config import EvalConfig
 from drkernel.env.result import EnvironmentFailure, EvalResult
 from drkernel.env.service.cache import ResultCache, cache_key, config_dict, grader_version
+from drkernel.env.service.codec import decode_result, encode_result
 from drkernel.env.service.jobs import DONE, FAILED, Job, JobConflict, JobStore
 from drkernel.env.task import Task, TaskError
 
@@ -267,7 +271,7 @@ class GradingService:
         if hit is not None:
             self.store.finish(job_id, hit, cached=True)
             self.metrics.cache_hits.inc()
-            self.metrics.evaluations.labels(verdict_label(EvalResult.from_dict(hit))).inc()
+            self.metrics.evaluations.labels(verdict_label(EvalResult.from_dict(decode_result(hit)))).inc()
             return self.store.get(job_id), created
         self._accept(job)
         return job, created
@@ -341,7 +345,7 @@ class GradingService:
             return
         if job.terminal:  # answered already (e.g. by an earlier run of it): hand its answer on
             error = (job.error["status"], job.error["type"], job.error["message"]) if job.error else None
-            self._complete(job, EvalResult.from_dict(job.result) if job.result else None, error)
+            self._complete(job, EvalResult.from_dict(decode_result(job.result)) if job.result else None, error)
             return
         if job.attempts >= self.settings.max_attempts:
             self._complete(job, None, (503, "environment_failure",
@@ -361,6 +365,11 @@ class GradingService:
             elapsed = time.monotonic() - t0
             self._latencies.append(elapsed)
             self.metrics.latency.observe(elapsed)
+            try:  # what cannot be sent is a grader bug, answered 503 (retried), never stored as done
+                json.dumps(encode_result(result.to_dict()), allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                log.exception("job %s: the result cannot be encoded as JSON", job_id)
+                result, error = None, (503, "environment_failure", f"the grader's result is not JSON: {exc}")
         self._complete(job, result, error)
 
     async def _grade(self, task: Task, req: dict[str, Any]) -> tuple[EvalResult | None, tuple | None]:

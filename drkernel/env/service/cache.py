@@ -29,6 +29,7 @@ from typing import Any
 
 from drkernel.env.grader import GraderBase, Options
 from drkernel.env.result import EvalResult
+from drkernel.env.service.codec import decode_result, encode_result
 from drkernel.env.service.jobs import open_db
 from drkernel.env.task import Task
 
@@ -63,7 +64,8 @@ def cache_key(task_code: str, entry_point: str, candidate_code: str, seed: int |
 
 
 class ResultCache:
-    """Verdicts by key in SQLite (``path=":memory:"`` for a process-local cache).
+    """Verdicts by key in SQLite (``path=":memory:"`` for a process-local cache), stored as
+    standard JSON (:func:`~drkernel.env.service.codec.encode_result`).
 
     ``max_entries`` bounds the table: past it, the least recently used tenth is dropped.
     """
@@ -82,6 +84,7 @@ class ResultCache:
                              "(key TEXT PRIMARY KEY, result TEXT NOT NULL, used REAL NOT NULL)")
 
     def get(self, key: str) -> dict[str, Any] | None:
+        """The stored result (encoded: decode it before ``EvalResult.from_dict``), or None."""
         with self._lock:
             row = self._db.execute("SELECT result FROM result_cache WHERE key = ?", (key,)).fetchone()
             if row is None:
@@ -89,12 +92,14 @@ class ResultCache:
                 return None
             self.hits += 1
             self._db.execute("UPDATE result_cache SET used = ? WHERE key = ?", (time.time(), key))
-        return json.loads(row[0])
+        return encode_result(json.loads(row[0]))
 
     def put(self, key: str, result: dict[str, Any]) -> None:
+        """Store ``result`` (an ``EvalResult.to_dict()``, encoded or not) as standard JSON."""
+        text = json.dumps(encode_result(result), allow_nan=False)
         with self._lock:
             self._db.execute("INSERT OR REPLACE INTO result_cache (key, result, used) VALUES (?, ?, ?)",
-                             (key, json.dumps(result), time.time()))
+                             (key, text, time.time()))
             (n,) = self._db.execute("SELECT COUNT(*) FROM result_cache").fetchone()
             if n > self.max_entries:
                 drop = n - self.max_entries + max(1, self.max_entries // 10)
@@ -134,7 +139,7 @@ class CachedGrader(GraderBase):
         key = self.key(task, source, seed, options)
         hit = self.cache.get(key)
         if hit is not None:
-            return EvalResult.from_dict(hit)
+            return EvalResult.from_dict(decode_result(hit))
         result = self.grader.grade(task, source, seed=seed, options=options)
         self.cache.put(key, result.to_dict())
         return result
@@ -145,7 +150,7 @@ class CachedGrader(GraderBase):
         key = self.key(task, source, seed, options)
         hit = self.cache.get(key)
         if hit is not None:
-            return EvalResult.from_dict(hit)
+            return EvalResult.from_dict(decode_result(hit))
         result = await self.grader.agrade(task, source, seed=seed, options=options)
         self.cache.put(key, result.to_dict())
         return result

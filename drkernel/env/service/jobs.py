@@ -11,6 +11,9 @@ A job moves ``queued -> running -> done | failed``. Two rules give exactly-once 
   after grading but before the answer was read, or the server restarted mid-evaluation) still has
   exactly one stored answer, and every reader sees that one.
 
+Results are stored as standard JSON (:mod:`drkernel.env.service.codec`: NaN and infinities become
+strings listed under ``"nonfinite"``), so every stored answer can be sent as it is.
+
 Execution itself is at-least-once (a job running when the server died runs again after the
 restart); the answer is exactly-once. Writes use SQLite's WAL journal: a committed row survives the
 process being killed.
@@ -25,6 +28,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from drkernel.env.service.codec import encode_result
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
 TERMINAL = (DONE, FAILED)
@@ -61,7 +66,7 @@ class Job:
     state: str
     request: dict[str, Any]
     result: dict[str, Any] | None = None
-    """The EvalResult as a dict (``state == "done"``)."""
+    """The EvalResult as a dict (``state == "done"``), encoded by :func:`~drkernel.env.service.codec.encode_result`."""
     error: dict[str, Any] | None = None
     """``{"status": 422|503, "type": "task_error"|"environment_failure", "message": ...}`` (``failed``)."""
     attempts: int = 0
@@ -144,11 +149,12 @@ class JobStore:
 
     def finish(self, job_id: str, result: dict[str, Any], *, cached: bool = False) -> bool:
         """Store the answer if the job has none yet. True when this call stored it."""
+        text = json.dumps(encode_result(result), allow_nan=False)  # standard JSON, or a ValueError here
         with self._lock:
             cur = self._db.execute(
                 "UPDATE jobs SET state = ?, result = ?, cached = ?, finished = ? "
                 "WHERE id = ? AND state IN (?, ?)",
-                (DONE, json.dumps(result), int(cached), time.time(), job_id, QUEUED, RUNNING))
+                (DONE, text, int(cached), time.time(), job_id, QUEUED, RUNNING))
             return cur.rowcount == 1
 
     def fail(self, job_id: str, *, status: int, kind: str, message: str) -> bool:
@@ -190,8 +196,10 @@ class JobStore:
     @staticmethod
     def _row(row: tuple) -> Job:
         job_id, key, state, request, result, error, attempts, cached, created, finished = row
+        # encode_result again: rows written before results were encoded hold Python's NaN tokens
         return Job(id=job_id, key=key, state=state, request=json.loads(request),
-                   result=json.loads(result) if result else None, error=json.loads(error) if error else None,
+                   result=encode_result(json.loads(result)) if result else None,
+                   error=json.loads(error) if error else None,
                    attempts=attempts, cached=bool(cached), created=created, finished=finished)
 
 
