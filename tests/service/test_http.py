@@ -119,7 +119,8 @@ def test_resubmission_is_answered_from_the_cache_ids_are_idempotent_metrics_coun
     r = client.post("/v1/jobs", json={**body, "id": "repeat-1"})
     assert r.status_code == 202 and r.json()["state"] == "done" and r.json()["cached"]
     assert time.monotonic() - t0 < 1.0
-    assert r.json()["result"] == first.json()
+    assert {**r.json()["result"], "cached": True, "transient": None} == {**first.json(), "cached": True}
+    assert first.json()["cached"] is False and first.headers["x-drkernel-cached"] == "false"
     again = client.post("/v1/jobs", json={**body, "id": "repeat-1"})
     assert again.status_code == 200 and again.json()["id"] == "repeat-1"
     conflict = client.post("/v1/jobs", json={**body, "seed": 8, "id": "repeat-1"})
@@ -152,6 +153,7 @@ def test_nan_and_inf_kernels_are_standard_json_on_every_route_and_decode_to_thei
         assert r.status_code == 202 and strict_loads(r.text)["cached"] is True
         assert strict_loads(client.get(f"/v1/jobs/nonfinite-{name}").text)["state"] == "done"
         check_verdict(name, grader.grade(task, source, seed=11, options=OPTIONS))  # decoded: max_abs_err == inf
+    assert grader.stats["cached"] == 2
     grader.close()
 
 

@@ -139,6 +139,11 @@ class JobStore:
                 (QUEUED, job_id, FAILED))
             return cur.rowcount == 1
 
+    def rekey(self, job_id: str, key: str) -> None:
+        """Give a job a new cache key (a restarted server whose grader version or runtime changed)."""
+        with self._lock:
+            self._db.execute("UPDATE jobs SET key = ? WHERE id = ?", (key, job_id))
+
     def mark_running(self, job_id: str) -> bool:
         """``queued -> running`` (and count the attempt). False when the job is already terminal."""
         with self._lock:

@@ -21,7 +21,7 @@ once however often it is resent: ``POST /v1/jobs`` (idempotent by id), then long
   :class:`EnvironmentFailure`. Never a kernel verdict.
 * **Results** arrive as standard JSON (NaN and infinities as listed strings,
   :mod:`drkernel.env.service.codec`) and are decoded back to the ``EvalResult`` the server's grader
-  returned.
+  returned. ``stats["cached"]`` counts answers from a server's result cache.
 * **Health**: ``/healthz`` of every server every ``health_interval_s``; a server that is not ready
   gets no new calls while another one is.
 
@@ -90,7 +90,8 @@ class RemoteGrader(GraderBase):
         self.max_backoff_s = max_backoff_s
         self.env_retries = env_retries
         self.health_interval_s = health_interval_s
-        self.stats = {"submitted": 0, "retries": 0, "resubmitted": 0, "failovers": 0}
+        self.stats = {"submitted": 0, "retries": 0, "resubmitted": 0, "failovers": 0, "cached": 0, "transient": 0}
+        """``cached``: answers from a server's cache; ``transient``: answers a server did not cache."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="RemoteGrader-loop", daemon=True)
         self._thread.start()
@@ -168,6 +169,8 @@ class RemoteGrader(GraderBase):
             finally:
                 server.in_flight -= 1
             if job["state"] == "done":
+                self.stats["cached"] += bool(job.get("cached"))
+                self.stats["transient"] += bool(job.get("transient"))
                 return EvalResult.from_dict(decode_result(job["result"]))
             error = job.get("error") or {}
             if error.get("status") == 422:
