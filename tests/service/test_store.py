@@ -1,6 +1,6 @@
 """The job store and the result cache on their own: idempotent ids, first answer wins, restart
 recovery, cache keys that change with every input (runtime included), a bounded cache that holds
-only reusable verdicts, CachedGrader."""
+only reusable verdicts, a bounded job store, CachedGrader."""
 
 import pytest
 
@@ -94,6 +94,18 @@ def test_cache_holds_only_reusable_verdicts_and_can_be_cleared(tmp_path):
     assert not cache.put("t", timeout) and cache.get("t") is None
     assert cache.put("c", crash) and cache.get("c") == crash
     assert cache.clear() == 1 and len(cache) == 0
+
+
+def test_answered_jobs_are_bounded_unanswered_ones_kept(tmp_path):
+    store = JobStore(tmp_path / "jobs.sqlite", max_answered=50)
+    store.submit("waiting", "kw", REQ)
+    for i in range(200):
+        store.submit(f"j{i}", f"k{i}", REQ)
+        store.finish(f"j{i}", {"i": i})
+    counts = store.counts()
+    assert counts["done"] <= 50 + 63 and counts["queued"] == 1  # checked every 64 answers
+    assert store.get("j199") is not None and store.get("j0") is None and store.get("waiting") is not None
+    assert JobStore(tmp_path / "jobs.sqlite", max_answered=50).counts()["done"] <= 50  # and at open
 
 
 def test_cached_grader_answers_repeats_without_grading():

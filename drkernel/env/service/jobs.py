@@ -103,14 +103,25 @@ def open_db(path: str, *, synchronous_normal: bool = False) -> sqlite3.Connectio
 
 
 class JobStore:
-    """SQLite-backed jobs. ``path=":memory:"`` keeps them in memory (tests; no restart survival)."""
+    """SQLite-backed jobs. ``path=":memory:"`` keeps them in memory (tests; no restart survival).
 
-    def __init__(self, path: str | Path = ":memory:"):
+    ``max_answered`` bounds the table: past it, the answered jobs finished longest ago are deleted
+    (a tenth at a time, checked every 64 answers). Unanswered jobs are never deleted. A client that
+    asks for a deleted job gets 404 and resubmits it (``RemoteGrader`` does), so the bound costs at
+    most a second evaluation, never a second answer.
+    """
+
+    def __init__(self, path: str | Path = ":memory:", *, max_answered: int = 100_000):
+        if max_answered < 1:
+            raise ValueError(f"max_answered must be >= 1, got {max_answered}")
         self.path = str(path)
+        self.max_answered = max_answered
         self._db = open_db(self.path, synchronous_normal=True)
         self._lock = threading.Lock()
+        self._answers_since_prune = 0
         with self._lock:
             self._db.executescript(_SCHEMA)
+            self._prune()
 
     # -- writes ---------------------------------------------------------------------------------
     def submit(self, job_id: str, key: str, request: dict[str, Any]) -> tuple[Job, bool]:
@@ -160,7 +171,7 @@ class JobStore:
                 "UPDATE jobs SET state = ?, result = ?, cached = ?, finished = ? "
                 "WHERE id = ? AND state IN (?, ?)",
                 (DONE, text, int(cached), time.time(), job_id, QUEUED, RUNNING))
-            return cur.rowcount == 1
+            return self._answered(cur.rowcount == 1)
 
     def fail(self, job_id: str, *, status: int, kind: str, message: str) -> bool:
         """Store a failure (unusable task, environment failure) if the job has no answer yet."""
@@ -169,7 +180,23 @@ class JobStore:
             cur = self._db.execute(
                 "UPDATE jobs SET state = ?, error = ?, finished = ? WHERE id = ? AND state IN (?, ?)",
                 (FAILED, json.dumps(error), time.time(), job_id, QUEUED, RUNNING))
-            return cur.rowcount == 1
+            return self._answered(cur.rowcount == 1)
+
+    def _answered(self, stored: bool) -> bool:
+        """Count an answer; every 64, delete the oldest answered jobs past ``max_answered``."""
+        if stored:
+            self._answers_since_prune += 1
+            if self._answers_since_prune >= 64:
+                self._prune()
+        return stored
+
+    def _prune(self) -> None:
+        self._answers_since_prune = 0
+        (n,) = self._db.execute("SELECT COUNT(*) FROM jobs WHERE state IN (?, ?)", TERMINAL).fetchone()
+        if n > self.max_answered:
+            drop = n - self.max_answered + self.max_answered // 10
+            self._db.execute("DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE state IN (?, ?) "
+                             "ORDER BY finished LIMIT ?)", (*TERMINAL, drop))
 
     # -- reads ----------------------------------------------------------------------------------
     def get(self, job_id: str) -> Job | None:
