@@ -40,7 +40,7 @@ TASK = Task.from_source("class Model: pass", name="echo")
 class InProcessServer:
     """A GradingService on uvicorn in a thread of the test process (no torch import of its own)."""
 
-    def __init__(self, state, grader=None, *, capacity=1, retries=1, cache=True):
+    def __init__(self, state, grader=None, *, capacity=1, retries=2, cache=True):
         self.grader = grader or EchoGrader(capacity=capacity, delay_s=0.0)
         self.store = JobStore(state / "jobs.sqlite")
         self.cache = ResultCache(state / "cache.sqlite") if cache else None
@@ -167,11 +167,11 @@ def test_a_killed_worker_is_evaluated_again_and_only_the_real_verdict_is_cached(
     assert r["passed"] and r["cached"] is False and s.grader.calls == 2
     assert s.evaluate("FLAKY=killed HONEST").json()["cached"] is True and s.grader.calls == 2
 
-    r = s.evaluate("FAILED=killed").json()  # killed every time: answered, never cached
-    assert not r["passed"] and r["transient"] == "worker_died" and r["cached"] is False and s.grader.calls == 4
+    r = s.evaluate("FAILED=killed").json()  # killed every time: evaluated 1 + 2 times, answered, never cached
+    assert not r["passed"] and r["transient"] == "worker_died" and r["cached"] is False and s.grader.calls == 5
     r = s.evaluate("FAILED=killed").json()
-    assert r["cached"] is False and s.grader.calls == 6
-    assert "drkernel_transient_retries_total{reason=\"worker_died\"} 3.0" in s.http.get("/metrics").text
+    assert r["cached"] is False and s.grader.calls == 8
+    assert "drkernel_transient_retries_total{reason=\"worker_died\"} 5.0" in s.http.get("/metrics").text
 
 
 def test_a_timeout_alone_is_answered_uncached_a_timeout_beside_others_is_retried(serve):
@@ -182,16 +182,19 @@ def test_a_timeout_alone_is_answered_uncached_a_timeout_beside_others_is_retried
 
     grader = RemoteGrader(s.url)
 
-    async def both():
-        busy = asyncio.create_task(grader.agrade(TASK, "HONEST SLEEP=0.6", seed=1))
+    async def beside(source):
+        busy = asyncio.create_task(grader.agrade(TASK, "HONEST SLEEP=0.8", seed=len(source)))
         await asyncio.sleep(0.2)
-        flaky = await grader.agrade(TASK, "FLAKY=timeout HONEST SLEEP=0.1", seed=1)
-        return flaky, await busy
+        answer = await grader.agrade(TASK, source, seed=1)
+        return answer, await busy
 
-    flaky, busy = asyncio.run(both())
-    grader.close()
+    flaky, busy = asyncio.run(beside("FLAKY=timeout HONEST SLEEP=0.1"))
     assert flaky.passed and busy.passed  # the timeout beside another evaluation was load: evaluated again
     assert s.grader.seen[digest(TASK.source, "FLAKY=timeout HONEST SLEEP=0.1", 1)] == 2
+    hang, _ = asyncio.run(beside("FAILED=timeout SLEEP=0.1"))
+    assert transient_reason(hang) == "timeout"  # a hang beside others: evaluated again once, not twice
+    assert s.grader.seen[digest(TASK.source, "FAILED=timeout SLEEP=0.1", 1)] == 2
+    grader.close()
 
 
 def test_identical_jobs_waiting_on_a_transient_outcome_get_their_own_evaluation(serve):

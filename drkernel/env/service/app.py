@@ -17,8 +17,9 @@ concurrent identical job) and ``transient`` (None, or why the outcome was not ca
 
 Transient outcomes (:func:`~drkernel.env.service.cache.transient_reason`: a worker killed from
 outside, a broken reply, a timeout) are never cached and never handed to a concurrent identical
-job; the job is evaluated again up to ``transient_retries`` times first (a timeout only when other
-evaluations ran beside it: that is load; a timeout alone is the kernel's hang, answered as it is).
+job; the job is evaluated again up to ``transient_retries`` times first (worker deaths come in
+bursts: an OOM kill, spares killed together), a timeout at most once and only when other
+evaluations ran beside it (that is load; a timeout alone is the kernel's hang, answered as it is).
 
 Exactly once: see :mod:`drkernel.env.service.jobs`. On start the service re-queues every job the
 store holds as queued or running, so a killed and restarted server answers what it accepted; a job
@@ -82,8 +83,9 @@ class ServiceSettings:
     """Evaluation starts of one job (server restarts mid-evaluation) before it fails as a 503."""
     max_wait_s: float = 60.0
     """Longest long-poll of ``GET /v1/jobs/{id}?wait=``."""
-    transient_retries: int = 1
-    """Further evaluations of a job whose outcome was transient before that outcome is answered."""
+    transient_retries: int = 2
+    """Further evaluations of a job whose outcome was transient before that outcome is answered (a
+    timeout: at most one, and only when another evaluation ran beside it)."""
 
 
 class EvaluateRequest(BaseModel):
@@ -399,13 +401,16 @@ class GradingService:
         self.store.mark_running(job_id)
         req = job.request
         task = Task.from_source(req["task_code"], name=req["task_name"], entry_point=req["entry_point"])
+        timeouts = 0
         for retry in range(self.settings.transient_retries + 1):
             result, error, beside = await self._timed_grade(job_id, task, req)
             reason = transient_reason(result) if result is not None else None
             if reason is None or retry == self.settings.transient_retries:
                 break
-            if reason == "timeout" and not beside:  # it ran alone: the kernel hangs, not the machine
-                break
+            if reason == "timeout":  # alone, it is the kernel's hang; beside others, maybe load: once
+                timeouts += 1
+                if not beside or timeouts > 1:
+                    break
             log.info("job %s: transient outcome (%s); evaluating it again", job_id, reason)
             self.metrics.transient_retries.labels(reason).inc()
         if result is not None:

@@ -42,9 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="answered jobs kept; past it the oldest tenth is deleted (unanswered ones never are)")
     parser.add_argument("--clear-cache", action="store_true",
                         help="delete every cached verdict in --state-dir, print how many, and exit")
-    parser.add_argument("--transient-retries", type=int, default=1,
+    parser.add_argument("--transient-retries", type=int, default=2,
                         help="further evaluations of a job whose outcome was transient (a worker killed from "
-                             "outside, a timeout under load) before it is answered, uncached")
+                             "outside; a timeout under load: at most one) before it is answered, uncached")
     parser.add_argument("--token", default=None,
                         help=f"bearer token clients must send (default: ${TOKEN_ENV} when set; else open)")
     parser.add_argument("--eval-options", default=None,
