@@ -44,8 +44,9 @@ class InProcessServer:
         self.grader = grader or EchoGrader(capacity=capacity, delay_s=0.0)
         self.store = JobStore(state / "jobs.sqlite")
         self.cache = ResultCache(state / "cache.sqlite") if cache else None
+        settings = ServiceSettings(warmup=False, transient_retries=retries, worker_died_backoff_s=0.01)
         self.service = GradingService(lambda: self.grader, base_config=EvalConfig(), store=self.store,
-                                      cache=self.cache, settings=ServiceSettings(warmup=False, transient_retries=retries))
+                                      cache=self.cache, settings=settings)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.server = uvicorn.Server(uvicorn.Config(create_app(self.service), host="127.0.0.1", port=self.port,

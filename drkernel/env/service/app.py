@@ -86,6 +86,9 @@ class ServiceSettings:
     transient_retries: int = 2
     """Further evaluations of a job whose outcome was transient before that outcome is answered (a
     timeout: at most one, and only when another evaluation ran beside it)."""
+    worker_died_backoff_s: float = 0.5
+    """Wait before evaluating again after a worker died (doubling per retry): a burst of kills
+    leaves dead spares the grader's pool has not noticed yet, and the next attempt would take one."""
 
 
 class EvaluateRequest(BaseModel):
@@ -413,6 +416,8 @@ class GradingService:
                     break
             log.info("job %s: transient outcome (%s); evaluating it again", job_id, reason)
             self.metrics.transient_retries.labels(reason).inc()
+            if reason == "worker_died":
+                await asyncio.sleep(self.settings.worker_died_backoff_s * 2 ** retry)
         if result is not None:
             try:  # what cannot be sent is a grader bug, answered 503 (retried), never stored as done
                 json.dumps(encode_result(result.to_dict()), allow_nan=False)
