@@ -68,6 +68,12 @@ for stage in $STAGES; do
     # --- verl: real verl PPO steps with vLLM rollouts (tests/gpu/verl/README.md) ---------------
     verl)     OUT="$OUT" bash tests/gpu/verl/ppo_steps.sh || status=1 ;;
     # ------------------------------------------------------------------------------------------
+    # ---- service_soak (on demand: bash tests/gpu/run.sh service_soak; SOAK_COUNT=200 by default) ----
+    # drkernel serve under worker kills and a server restart, real grading on the GPU, verdicts
+    # compared with a quiet in-process run (tests/benchmarks/bench_service_soak.py; ~5-10 minutes)
+    service_soak) $PY tests/benchmarks/bench_service_soak.py --device cuda --count "${SOAK_COUNT:-200}" \
+                --out "$OUT/service_soak.json" 2>&1 | tee "$OUT/service_soak.log" || status=1 ;;
+    # ---- end service_soak ----
     *) echo "unknown stage $stage"; status=2 ;;
   esac
 done

@@ -1,6 +1,6 @@
 """The mixed batch both the HTTP service and the Ray pool must grade right: honest, wrong and hacked
-kernels from the adversarial corpus (tests/env/fixtures), and hanging, crashing and memory-hungry
-candidates on the conformance probe task."""
+kernels from the adversarial corpus (tests/env/fixtures), and hanging, crashing, memory-hungry and
+NaN/Inf-producing candidates on the conformance probe task."""
 
 from __future__ import annotations
 
@@ -24,6 +24,21 @@ class ModelNew(nn.Module):
         return _launch(x)
 '''
 
+# Incorrect kernels whose outputs are not finite where the reference is: the result then holds
+# max_abs_err = Infinity (issue 24: such results must leave the service as valid JSON).
+NAN_OUTPUT = _KERNEL.replace("tl.load(x_ptr + offs, mask=m) * 2.0",
+                                                   "tl.sqrt(tl.load(x_ptr + offs, mask=m))") + '''
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return _launch(x)  # sqrt of negative inputs: NaN
+'''
+INF_OUTPUT = _KERNEL.replace("tl.load(x_ptr + offs, mask=m) * 2.0", "tl.exp(tl.load(x_ptr + offs, mask=m) * 1000.0)") + '''
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return _launch(x)  # exp(1000 x) overflows: +Inf
+'''
+
+
 def _fixture(task: str, candidate: str) -> tuple[Task, str]:
     return Task.from_file(FIX / "tasks" / task), (FIX / "candidates" / candidate).read_text()
 
@@ -37,6 +52,8 @@ def mixed_batch() -> list[tuple[str, Task, str]]:
         ("hanging", probe, HANG),
         ("crashing", probe, CRASH),
         ("memory_hog", probe, MEMORY_HOG),
+        ("nan_output", probe, NAN_OUTPUT),
+        ("inf_output", probe, INF_OUTPUT),
     ]
 
 
@@ -57,5 +74,8 @@ def check_verdict(name: str, r) -> None:
         assert r.compiled and not r.correct and r.error is not None, summary
     elif name == "memory_hog":
         assert r.compiled and not r.correct and "memory limit exceeded" in r.error.message, summary
+    elif name in ("nan_output", "inf_output"):
+        assert r.compiled and not r.correct and not r.hacked and r.error.stage == "correctness", summary
+        assert "NaN/Inf" in r.error.message and r.details["first_failure"]["max_abs_err"] == float("inf"), summary
     else:
         raise KeyError(name)

@@ -54,6 +54,22 @@ def test_build_service_reads_token_from_the_environment(monkeypatch, tmp_path):
     assert (tmp_path / "jobs.sqlite").exists() and (tmp_path / "cache.sqlite").exists()
 
 
+def test_state_flags_reach_the_stores_and_clear_cache_exits(tmp_path, capsys):
+    pytest.importorskip("fastapi", reason="needs the 'serve' extra")
+    from drkernel.cli.app import main
+
+    service = cli.build_service(_args("--state-dir", str(tmp_path), "--cache-max-entries", "7", "--max-jobs", "9",
+                                      "--transient-retries", "2"))
+    assert (service.cache.max_entries, service.store.max_answered, service.settings.transient_retries) == (7, 9, 2)
+    assert cli.build_service(_args("--state-dir", str(tmp_path), "--cache-size", "5")).cache.max_entries == 5
+    assert cli.build_service(_args("--state-dir", str(tmp_path / "n"), "--no-cache")).cache is None
+    service.cache.put("k", {"passed": True})
+    assert main(["serve", "--state-dir", str(tmp_path), "--clear-cache"]) == 0
+    assert "deleted 1 cached verdict(s)" in capsys.readouterr().out and len(service.cache) == 0
+    assert main(["serve", "--state-dir", str(tmp_path / "none"), "--clear-cache"]) == 0
+    assert "no result cache" in capsys.readouterr().out
+
+
 def test_importing_the_package_pulls_in_no_server_or_cluster_library():
     code = ("import sys, drkernel, drkernel.env, drkernel.env.service, drkernel.env.service.cli; "
             "heavy = {'fastapi', 'uvicorn', 'httpx', 'ray', 'prometheus_client', 'torch'} & set(sys.modules); "

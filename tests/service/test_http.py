@@ -1,7 +1,7 @@
 """``drkernel serve`` with the real LocalGrader on CPU (Triton interpreter), through RemoteGrader and
 raw HTTP: the mixed batch gets the right verdicts, a hanging candidate does not block the others,
 every malformed, oversized, unauthorised or unusable request gets the 4xx that names its problem,
-repeats come from the cache (and /metrics counts it all)."""
+repeats come from the cache (and /metrics counts it all), NaN/Inf outputs leave as standard JSON."""
 
 import asyncio
 import time
@@ -16,6 +16,7 @@ from drkernel.env.service.remote import RemoteGrader  # noqa: E402
 from drkernel.env.task import Task, TaskError  # noqa: E402
 from tests.service.batch import OPTIONS, check_verdict, mixed_batch  # noqa: E402
 from tests.service.conftest import Server  # noqa: E402
+from tests.service.test_codec import strict_loads  # noqa: E402
 
 TOKEN = "s3cret-token"
 HANG_TIMEOUT_S = 20.0  # the hanging candidate's deadline: other candidates are answered before it
@@ -118,7 +119,8 @@ def test_resubmission_is_answered_from_the_cache_ids_are_idempotent_metrics_coun
     r = client.post("/v1/jobs", json={**body, "id": "repeat-1"})
     assert r.status_code == 202 and r.json()["state"] == "done" and r.json()["cached"]
     assert time.monotonic() - t0 < 1.0
-    assert r.json()["result"] == first.json()
+    assert {**r.json()["result"], "cached": True, "transient": None} == {**first.json(), "cached": True}
+    assert first.json()["cached"] is False and first.headers["x-drkernel-cached"] == "false"
     again = client.post("/v1/jobs", json={**body, "id": "repeat-1"})
     assert again.status_code == 200 and again.json()["id"] == "repeat-1"
     conflict = client.post("/v1/jobs", json={**body, "seed": 8, "id": "repeat-1"})
@@ -136,6 +138,23 @@ def test_resubmission_is_answered_from_the_cache_ids_are_idempotent_metrics_coun
     assert values["drkernel_cache_hits_total"] >= 1
     assert values["drkernel_evaluation_seconds_count"] >= 2
     assert values["drkernel_queue_depth"] == 0 and values["drkernel_worker_restarts_total"] == 0
+
+
+def test_nan_and_inf_kernels_are_standard_json_on_every_route_and_decode_to_their_verdict(server, client):
+    grader = RemoteGrader(server.url, token=TOKEN)
+    for name, task, source in [b for b in mixed_batch() if b[0] in ("nan_output", "inf_output")]:
+        body = {"task_code": task.source, "candidate_code": source, "seed": 11, "options": OPTIONS}
+        r = client.post("/v1/evaluate", json=body)
+        assert r.status_code == 200, r.text
+        result = strict_loads(r.text)
+        assert result["details"]["first_failure"]["max_abs_err"] == "Infinity"
+        assert "/details/first_failure/max_abs_err" in result["nonfinite"]
+        r = client.post("/v1/jobs", json={**body, "id": f"nonfinite-{name}"})  # the repeat: from the cache
+        assert r.status_code == 202 and strict_loads(r.text)["cached"] is True
+        assert strict_loads(client.get(f"/v1/jobs/nonfinite-{name}").text)["state"] == "done"
+        check_verdict(name, grader.grade(task, source, seed=11, options=OPTIONS))  # decoded: max_abs_err == inf
+    assert grader.stats["cached"] == 2
+    grader.close()
 
 
 @pytest.mark.slow

@@ -11,6 +11,16 @@ Request path::
     GET /v1/jobs/{id}[?wait=S] reads the stored answer (long-polls up to S seconds);
     POST /v1/evaluate waits for it and answers the EvalResult (422 unusable task, 503 environment).
 
+Every result leaves as standard JSON (:mod:`drkernel.env.service.codec`: NaN and infinities as
+strings listed under ``"nonfinite"``), with ``cached`` (answered from the result cache or a
+concurrent identical job) and ``transient`` (None, or why the outcome was not cached).
+
+Transient outcomes (:func:`~drkernel.env.service.cache.transient_reason`: a worker killed from
+outside, a broken reply, a timeout) are never cached and never handed to a concurrent identical
+job; the job is evaluated again up to ``transient_retries`` times first (worker deaths come in
+bursts: an OOM kill, spares killed together), a timeout at most once and only when other
+evaluations ran beside it (that is load; a timeout alone is the kernel's hang, answered as it is).
+
 Exactly once: see :mod:`drkernel.env.service.jobs`. On start the service re-queues every job the
 store holds as queued or running, so a killed and restarted server answers what it accepted; a job
 whose evaluation was started ``max_attempts`` times without an answer (it keeps killing the server)
@@ -41,7 +51,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from drkernel.env.config import EvalConfig
 from drkernel.env.result import EnvironmentFailure, EvalResult
-from drkernel.env.service.cache import ResultCache, cache_key, config_dict, grader_version
+from drkernel.env.service.cache import ResultCache, cache_key, config_dict, grader_version, runtime_identity, \
+    transient_reason
+from drkernel.env.service.codec import decode_result, encode_result
 from drkernel.env.service.jobs import DONE, FAILED, Job, JobConflict, JobStore
 from drkernel.env.task import Task, TaskError
 
@@ -71,6 +83,12 @@ class ServiceSettings:
     """Evaluation starts of one job (server restarts mid-evaluation) before it fails as a 503."""
     max_wait_s: float = 60.0
     """Longest long-poll of ``GET /v1/jobs/{id}?wait=``."""
+    transient_retries: int = 2
+    """Further evaluations of a job whose outcome was transient before that outcome is answered (a
+    timeout: at most one, and only when another evaluation ran beside it)."""
+    worker_died_backoff_s: float = 0.5
+    """Wait before evaluating again after a worker died (doubling per retry): a burst of kills
+    leaves dead spares the grader's pool has not noticed yet, and the next attempt would take one."""
 
 
 class EvaluateRequest(BaseModel):
@@ -118,6 +136,10 @@ class _Metrics:
         self.rejected = Counter("drkernel_requests_rejected", "Requests refused, by HTTP status", ["status"],
                                 registry=r)
         self.recovered = Counter("drkernel_jobs_recovered", "Unanswered jobs re-queued at start", registry=r)
+        self.transient_retries = Counter("drkernel_transient_retries", "Jobs evaluated again after a "
+                                         "transient outcome, by reason", ["reason"], registry=r)
+        self.transient_answers = Counter("drkernel_transient_answers", "Jobs answered with a transient "
+                                         "outcome (not cached), by reason", ["reason"], registry=r)
         # LocalGrader's warm pool: every candidate gets a fresh worker process, started ahead of time
         self.worker_starts = Gauge("drkernel_worker_processes_started", "Candidate worker processes the "
                                    "grader started (one per candidate; since the last grader restart)", registry=r)
@@ -146,6 +168,8 @@ class GradingService:
         self.cache = cache
         self.settings = settings or ServiceSettings()
         self.version = grader_version()
+        self.runtime: dict[str, Any] | None = None
+        """torch/Triton/CUDA versions and device model (:func:`runtime_identity`), set by ``start``."""
         self.metrics = _Metrics(self)
         self.grader: Any = None
         self.capacity = 1
@@ -154,7 +178,9 @@ class GradingService:
         self.warmup_error: str | None = None
         self._queue: asyncio.Queue[str] | None = None
         self._pending: set[str] = set()          # accepted, not yet answered (queued, running, following)
-        self._followers: dict[str, list[str]] = {}  # cache key -> jobs waiting on the one evaluating it
+        self._leaders: dict[str, str] = {}        # cache key -> the job queued or running for it
+        self._followers: dict[str, list[str]] = {}  # leader job id -> identical jobs waiting on it
+        self._beside: dict[str, bool] = {}        # running job id -> another evaluation ran beside it
         self._waiters: dict[str, list[asyncio.Future]] = {}
         self._latencies: deque[float] = deque(maxlen=200)
         self._tasks: list[asyncio.Task] = []
@@ -164,9 +190,19 @@ class GradingService:
     async def start(self) -> None:
         self.grader = await asyncio.to_thread(self.grader_factory)
         self.capacity = max(1, int(self.grader.capacity))
+        devices = getattr(self.grader, "devices", None) or (self.base_config.device,)
+        self.runtime = await asyncio.to_thread(runtime_identity, tuple(devices))
+        log.info("runtime %s, grader %s", self.runtime, self.version)
         self._queue = asyncio.Queue()
         recovered = self.store.unfinished()
         for job in recovered:
+            try:
+                key = self._key_of(job.request)
+            except (TypeError, ValueError):  # options this version no longer takes: the job fails when run
+                key = job.key
+            if key != job.key:  # accepted under another grader version or runtime: cache it under this one
+                self.store.rekey(job.id, key)
+                job.key = key
             self._accept(job)
         if recovered:
             self.metrics.recovered.inc(len(recovered))
@@ -235,8 +271,18 @@ class GradingService:
             config = self.base_config.with_overrides(**options).validate()
         except (TypeError, ValueError) as exc:
             raise HTTPException(400, f"options: {exc}") from exc
-        key = cache_key(req.task_code, req.entry_point, req.candidate_code, req.seed, config_dict(config), self.version)
-        return options, key
+        return options, self._key(req.task_code, req.entry_point, req.candidate_code, req.seed, config)
+
+    def _key(self, task_code: str, entry_point: str, candidate_code: str, seed: int | None,
+             config: EvalConfig) -> str:
+        assert self.runtime is not None, "the service is not started"
+        return cache_key(task_code, entry_point, candidate_code, seed, config_dict(config), self.version, self.runtime)
+
+    def _key_of(self, request: dict[str, Any]) -> str:
+        """The cache key of a stored request (its options were validated when it was accepted)."""
+        config = self.base_config.with_overrides(**request["options"]).validate()
+        return self._key(request["task_code"], request["entry_point"], request["candidate_code"], request["seed"],
+                         config)
 
     def submit(self, req: EvaluateRequest) -> tuple[Job, bool]:
         """Accept one request; returns ``(job, created)``. Runs in the event loop without awaiting, so
@@ -248,7 +294,11 @@ class GradingService:
         existing = self.store.get(job_id)
         if existing is not None:
             if existing.key != key:
-                raise HTTPException(409, f"job id {job_id!r} already exists with a different request; use a new id")
+                if existing.request != request:
+                    raise HTTPException(409, f"job id {job_id!r} already exists with a different request; "
+                                             f"use a new id")
+                self.store.rekey(job_id, key)  # the same request, accepted before an upgrade or a move
+                existing.key = key
             if existing.state == FAILED and (existing.error or {}).get("status") == 503:
                 self.store.requeue(job_id)  # a client retrying an environment failure
                 existing = self.store.get(job_id)
@@ -267,7 +317,7 @@ class GradingService:
         if hit is not None:
             self.store.finish(job_id, hit, cached=True)
             self.metrics.cache_hits.inc()
-            self.metrics.evaluations.labels(verdict_label(EvalResult.from_dict(hit))).inc()
+            self.metrics.evaluations.labels(verdict_label(EvalResult.from_dict(decode_result(hit)))).inc()
             return self.store.get(job_id), created
         self._accept(job)
         return job, created
@@ -278,16 +328,19 @@ class GradingService:
         ahead = max(1, len(self._pending) - self.capacity + 1)
         return int(min(60, max(1, math.ceil(mean * ahead / self.capacity))))
 
-    def _accept(self, job: Job) -> None:
-        """Queue a non-terminal job, or attach it to an identical one already queued or running."""
+    def _accept(self, job: Job, *, follow: bool = True) -> None:
+        """Queue a non-terminal job, or attach it to an identical one already queued or running.
+        ``follow=False`` queues it on its own (an identical job's outcome was transient)."""
         if job.id in self._pending:
             return
         self._pending.add(job.id)
-        followers = self._followers.get(job.key)
-        if followers is not None:
-            followers.append(job.id)
+        leader = self._leaders.get(job.key)
+        if follow and leader is not None:
+            self._followers[leader].append(job.id)
             return
-        self._followers[job.key] = []
+        if leader is None:
+            self._leaders[job.key] = job.id
+        self._followers[job.id] = []
         assert self._queue is not None
         self._queue.put_nowait(job.id)
 
@@ -341,7 +394,7 @@ class GradingService:
             return
         if job.terminal:  # answered already (e.g. by an earlier run of it): hand its answer on
             error = (job.error["status"], job.error["type"], job.error["message"]) if job.error else None
-            self._complete(job, EvalResult.from_dict(job.result) if job.result else None, error)
+            self._complete(job, EvalResult.from_dict(decode_result(job.result)) if job.result else None, error)
             return
         if job.attempts >= self.settings.max_attempts:
             self._complete(job, None, (503, "environment_failure",
@@ -351,17 +404,46 @@ class GradingService:
         self.store.mark_running(job_id)
         req = job.request
         task = Task.from_source(req["task_code"], name=req["task_name"], entry_point=req["entry_point"])
+        timeouts = 0
+        for retry in range(self.settings.transient_retries + 1):
+            result, error, beside = await self._timed_grade(job_id, task, req)
+            reason = transient_reason(result) if result is not None else None
+            if reason is None or retry == self.settings.transient_retries:
+                break
+            if reason == "timeout":  # alone, it is the kernel's hang; beside others, maybe load: once
+                timeouts += 1
+                if not beside or timeouts > 1:
+                    break
+            log.info("job %s: transient outcome (%s); evaluating it again", job_id, reason)
+            self.metrics.transient_retries.labels(reason).inc()
+            if reason == "worker_died":
+                await asyncio.sleep(self.settings.worker_died_backoff_s * 2 ** retry)
+        if result is not None:
+            try:  # what cannot be sent is a grader bug, answered 503 (retried), never stored as done
+                json.dumps(encode_result(result.to_dict()), allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                log.exception("job %s: the result cannot be encoded as JSON", job_id)
+                result, error = None, (503, "environment_failure", f"the grader's result is not JSON: {exc}")
+        self._complete(job, result, error)
+
+    async def _timed_grade(self, job_id: str, task: Task, req: dict[str, Any]) -> tuple[EvalResult | None,
+                                                                                           tuple | None, bool]:
+        """One :meth:`_grade`, timed; the last value says whether another evaluation ran beside it."""
+        for other in self._beside:
+            self._beside[other] = True
+        self._beside[job_id] = bool(self._beside)
         self.running += 1
         t0 = time.monotonic()
         try:
             result, error = await self._grade(task, req)
         finally:
             self.running -= 1
+            beside = self._beside.pop(job_id, True)
         if result is not None:
             elapsed = time.monotonic() - t0
             self._latencies.append(elapsed)
             self.metrics.latency.observe(elapsed)
-        self._complete(job, result, error)
+        return result, error, beside
 
     async def _grade(self, task: Task, req: dict[str, Any]) -> tuple[EvalResult | None, tuple | None]:
         """One evaluation; an environment failure restarts the grader and is retried once."""
@@ -392,13 +474,26 @@ class GradingService:
             self.grader = await asyncio.to_thread(self.grader_factory)
 
     def _complete(self, job: Job, result: EvalResult | None, error: tuple | None) -> None:
-        """Store the one answer of ``job`` and of every identical job that followed it."""
-        followers = self._followers.pop(job.key, [])
+        """Store the one answer of ``job`` and of every identical job that followed it (a transient
+        outcome is not theirs: they are queued again, each on its own)."""
+        followers = self._followers.pop(job.id, [])
+        if self._leaders.get(job.key) == job.id:
+            del self._leaders[job.key]
         if result is not None:
             data = result.to_dict()
+            reason = transient_reason(data)
             if self.store.finish(job.id, data):
                 self.metrics.evaluations.labels(verdict_label(result)).inc()
-            if self.cache is not None:
+                if reason is not None:
+                    self.metrics.transient_answers.labels(reason).inc()
+            if reason is not None:
+                for fid in followers:
+                    self._pending.discard(fid)
+                    follower = self.store.get(fid)
+                    if follower is not None and not follower.terminal:
+                        self._accept(follower, follow=False)
+                followers = []
+            elif self.cache is not None:
                 self.cache.put(job.key, data)
             for fid in followers:
                 if self.store.finish(fid, data, cached=True):
@@ -502,9 +597,9 @@ def create_app(service: GradingService) -> FastAPI:
         job, _ = service.submit(req)
         job = await service.wait(job.id, None)
         assert job is not None
-        headers = {"X-Job-Id": job.id}
+        headers = {"X-Job-Id": job.id, "X-Drkernel-Cached": str(job.cached).lower()}
         if job.state == DONE:
-            return JSONResponse(job.result, headers=headers)
+            return JSONResponse({**job.result, **_answer_flags(job)}, headers=headers)
         error = job.error or {"status": 503, "type": "environment_failure", "message": "no answer"}
         return JSONResponse({"detail": error["message"], "type": error["type"]}, status_code=error["status"],
                             headers=headers)
@@ -513,20 +608,30 @@ def create_app(service: GradingService) -> FastAPI:
     async def submit_job(request: Request) -> JSONResponse:
         req = await read_request(request)
         job, created = service.submit(req)
-        return JSONResponse(job.to_dict(), status_code=202 if created else 200)
+        return JSONResponse(_job_body(job), status_code=202 if created else 200)
 
     @app.get("/v1/jobs/{job_id}", dependencies=[Depends(authorize)])
     async def get_job(job_id: str, wait: float = Query(0.0, ge=0.0)) -> JSONResponse:
         job = await service.wait(job_id, min(wait, settings.max_wait_s))
         if job is None:
             raise HTTPException(404, f"no job with id {job_id!r}")
-        return JSONResponse(job.to_dict())
+        return JSONResponse(_job_body(job))
 
     @app.get("/metrics", dependencies=[Depends(authorize)])
     async def metrics() -> Response:
         return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _answer_flags(job: Job) -> dict[str, Any]:
+    """``cached``: answered from the cache or a concurrent identical job, not its own evaluation;
+    ``transient``: why the answer was not cached (None for a verdict on the candidate)."""
+    return {"cached": job.cached, "transient": transient_reason(job.result) if job.result else None}
+
+
+def _job_body(job: Job) -> dict[str, Any]:
+    return {**job.to_dict(), "transient": _answer_flags(job)["transient"]}
 
 
 def _reject(service: GradingService, status: int, message: str) -> HTTPException:

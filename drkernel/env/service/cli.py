@@ -3,8 +3,10 @@
     drkernel serve --host 0.0.0.0 --port 8000 --device cuda --gpus 0,1 --token-env DRKERNEL_SERVE_TOKEN
     drkernel serve --device cpu --workers 2 --port 8000          # CPU interpreter (tests, laptops)
 
-Jobs and cached results live in ``--state-dir`` (SQLite): restarting the server with the same
-directory answers the jobs it accepted before. Also runnable as ``python -m drkernel.env.service``.
+Jobs and cached verdicts live in ``--state-dir`` (default ``./.drkernel-serve``: ``jobs.sqlite`` and
+``cache.sqlite``): restarting the server with the same directory answers the jobs it accepted before
+and keeps its cached verdicts. ``--clear-cache`` empties the cache and exits; deleting the directory
+clears everything. Also runnable as ``python -m drkernel.env.service``.
 """
 
 from __future__ import annotations
@@ -32,9 +34,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--queue-size", type=int, default=256,
                         help="jobs waiting beyond the running ones; more are answered 429 with Retry-After")
     parser.add_argument("--state-dir", default=".drkernel-serve",
-                        help="directory of the SQLite job store and result cache")
+                        help="directory of the SQLite job store (jobs.sqlite) and result cache (cache.sqlite)")
     parser.add_argument("--no-cache", action="store_true", help="grade every submission, even repeats")
-    parser.add_argument("--cache-size", type=int, default=100_000, help="cached verdicts kept")
+    parser.add_argument("--cache-max-entries", "--cache-size", dest="cache_max_entries", type=int, default=100_000,
+                        help="cached verdicts kept; past it the least recently used tenth is dropped")
+    parser.add_argument("--max-jobs", type=int, default=100_000,
+                        help="answered jobs kept; past it the oldest tenth is deleted (unanswered ones never are)")
+    parser.add_argument("--clear-cache", action="store_true",
+                        help="delete every cached verdict in --state-dir, print how many, and exit")
+    parser.add_argument("--transient-retries", type=int, default=2,
+                        help="further evaluations of a job whose outcome was transient (a worker killed from "
+                             "outside; a timeout under load: at most one) before it is answered, uncached")
     parser.add_argument("--token", default=None,
                         help=f"bearer token clients must send (default: ${TOKEN_ENV} when set; else open)")
     parser.add_argument("--eval-options", default=None,
@@ -66,11 +76,14 @@ def build_service(args: argparse.Namespace) -> Any:
     config = config.with_overrides(**overrides).validate()
     if args.workers is not None and args.workers < 1:
         raise ValueError("--workers must be >= 1")
+    if args.transient_retries < 0:
+        raise ValueError("--transient-retries must be >= 0")
     state = Path(args.state_dir)
-    store = JobStore(state / "jobs.sqlite")
-    cache = None if args.no_cache else ResultCache(state / "cache.sqlite", max_entries=args.cache_size)
+    store = JobStore(state / "jobs.sqlite", max_answered=args.max_jobs)
+    cache = None if args.no_cache else ResultCache(state / "cache.sqlite", max_entries=args.cache_max_entries)
     settings = ServiceSettings(max_queue=args.queue_size, max_body_bytes=int(args.max_body_mb * (1 << 20)),
-                               token=args.token or os.environ.get(TOKEN_ENV) or None, warmup=not args.no_warmup)
+                               token=args.token or os.environ.get(TOKEN_ENV) or None, warmup=not args.no_warmup,
+                               transient_retries=args.transient_retries)
     factory = _import_factory(args.grader) if args.grader else _local_factory(LocalGrader)
     return GradingService(lambda: factory(config, args.workers), base_config=config, store=store, cache=cache,
                           settings=settings)
@@ -97,6 +110,8 @@ def main(args: argparse.Namespace) -> int:
     ``--device cuda`` raises ``EnvironmentFailure`` (exit 3)."""
     from drkernel.cli.common import UsageError
 
+    if args.clear_cache:
+        return clear_cache(Path(args.state_dir))
     try:
         import uvicorn
 
@@ -124,6 +139,23 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+def clear_cache(state_dir: Path) -> int:
+    """``drkernel serve --clear-cache``: empty ``state_dir``'s result cache (a running server's too:
+    SQLite shares the file); jobs and their answers stay."""
+    from drkernel.env.service.cache import ResultCache
+
+    path = state_dir / "cache.sqlite"
+    if not path.exists():
+        print(f"no result cache at {path}")
+        return 0
+    cache = ResultCache(path)
+    try:
+        print(f"deleted {cache.clear()} cached verdict(s) from {path}")
+    finally:
+        cache.close()
+    return 0
+
+
 def run(argv: list[str] | None = None) -> int:
     """``python -m drkernel.env.service``: the same exit codes as ``drkernel serve``."""
     from drkernel.cli.common import UsageError, first_line
@@ -141,4 +173,4 @@ def run(argv: list[str] | None = None) -> int:
         return 3
 
 
-__all__ = ["add_arguments", "main", "build_service", "run", "TOKEN_ENV"]
+__all__ = ["add_arguments", "main", "build_service", "clear_cache", "run", "TOKEN_ENV"]

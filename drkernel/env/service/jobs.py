@@ -11,6 +11,9 @@ A job moves ``queued -> running -> done | failed``. Two rules give exactly-once 
   after grading but before the answer was read, or the server restarted mid-evaluation) still has
   exactly one stored answer, and every reader sees that one.
 
+Results are stored as standard JSON (:mod:`drkernel.env.service.codec`: NaN and infinities become
+strings listed under ``"nonfinite"``), so every stored answer can be sent as it is.
+
 Execution itself is at-least-once (a job running when the server died runs again after the
 restart); the answer is exactly-once. Writes use SQLite's WAL journal: a committed row survives the
 process being killed.
@@ -25,6 +28,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from drkernel.env.service.codec import encode_result
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
 TERMINAL = (DONE, FAILED)
@@ -61,7 +66,7 @@ class Job:
     state: str
     request: dict[str, Any]
     result: dict[str, Any] | None = None
-    """The EvalResult as a dict (``state == "done"``)."""
+    """The EvalResult as a dict (``state == "done"``), encoded by :func:`~drkernel.env.service.codec.encode_result`."""
     error: dict[str, Any] | None = None
     """``{"status": 422|503, "type": "task_error"|"environment_failure", "message": ...}`` (``failed``)."""
     attempts: int = 0
@@ -98,14 +103,25 @@ def open_db(path: str, *, synchronous_normal: bool = False) -> sqlite3.Connectio
 
 
 class JobStore:
-    """SQLite-backed jobs. ``path=":memory:"`` keeps them in memory (tests; no restart survival)."""
+    """SQLite-backed jobs. ``path=":memory:"`` keeps them in memory (tests; no restart survival).
 
-    def __init__(self, path: str | Path = ":memory:"):
+    ``max_answered`` bounds the table: past it, the answered jobs finished longest ago are deleted
+    (a tenth at a time, checked every 64 answers). Unanswered jobs are never deleted. A client that
+    asks for a deleted job gets 404 and resubmits it (``RemoteGrader`` does), so the bound costs at
+    most a second evaluation, never a second answer.
+    """
+
+    def __init__(self, path: str | Path = ":memory:", *, max_answered: int = 100_000):
+        if max_answered < 1:
+            raise ValueError(f"max_answered must be >= 1, got {max_answered}")
         self.path = str(path)
+        self.max_answered = max_answered
         self._db = open_db(self.path, synchronous_normal=True)
         self._lock = threading.Lock()
+        self._answers_since_prune = 0
         with self._lock:
             self._db.executescript(_SCHEMA)
+            self._prune()
 
     # -- writes ---------------------------------------------------------------------------------
     def submit(self, job_id: str, key: str, request: dict[str, Any]) -> tuple[Job, bool]:
@@ -134,6 +150,11 @@ class JobStore:
                 (QUEUED, job_id, FAILED))
             return cur.rowcount == 1
 
+    def rekey(self, job_id: str, key: str) -> None:
+        """Give a job a new cache key (a restarted server whose grader version or runtime changed)."""
+        with self._lock:
+            self._db.execute("UPDATE jobs SET key = ? WHERE id = ?", (key, job_id))
+
     def mark_running(self, job_id: str) -> bool:
         """``queued -> running`` (and count the attempt). False when the job is already terminal."""
         with self._lock:
@@ -144,12 +165,13 @@ class JobStore:
 
     def finish(self, job_id: str, result: dict[str, Any], *, cached: bool = False) -> bool:
         """Store the answer if the job has none yet. True when this call stored it."""
+        text = json.dumps(encode_result(result), allow_nan=False)  # standard JSON, or a ValueError here
         with self._lock:
             cur = self._db.execute(
                 "UPDATE jobs SET state = ?, result = ?, cached = ?, finished = ? "
                 "WHERE id = ? AND state IN (?, ?)",
-                (DONE, json.dumps(result), int(cached), time.time(), job_id, QUEUED, RUNNING))
-            return cur.rowcount == 1
+                (DONE, text, int(cached), time.time(), job_id, QUEUED, RUNNING))
+            return self._answered(cur.rowcount == 1)
 
     def fail(self, job_id: str, *, status: int, kind: str, message: str) -> bool:
         """Store a failure (unusable task, environment failure) if the job has no answer yet."""
@@ -158,7 +180,23 @@ class JobStore:
             cur = self._db.execute(
                 "UPDATE jobs SET state = ?, error = ?, finished = ? WHERE id = ? AND state IN (?, ?)",
                 (FAILED, json.dumps(error), time.time(), job_id, QUEUED, RUNNING))
-            return cur.rowcount == 1
+            return self._answered(cur.rowcount == 1)
+
+    def _answered(self, stored: bool) -> bool:
+        """Count an answer; every 64, delete the oldest answered jobs past ``max_answered``."""
+        if stored:
+            self._answers_since_prune += 1
+            if self._answers_since_prune >= 64:
+                self._prune()
+        return stored
+
+    def _prune(self) -> None:
+        self._answers_since_prune = 0
+        (n,) = self._db.execute("SELECT COUNT(*) FROM jobs WHERE state IN (?, ?)", TERMINAL).fetchone()
+        if n > self.max_answered:
+            drop = n - self.max_answered + self.max_answered // 10
+            self._db.execute("DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE state IN (?, ?) "
+                             "ORDER BY finished LIMIT ?)", (*TERMINAL, drop))
 
     # -- reads ----------------------------------------------------------------------------------
     def get(self, job_id: str) -> Job | None:
@@ -190,8 +228,10 @@ class JobStore:
     @staticmethod
     def _row(row: tuple) -> Job:
         job_id, key, state, request, result, error, attempts, cached, created, finished = row
+        # encode_result again: rows written before results were encoded hold Python's NaN tokens
         return Job(id=job_id, key=key, state=state, request=json.loads(request),
-                   result=json.loads(result) if result else None, error=json.loads(error) if error else None,
+                   result=encode_result(json.loads(result)) if result else None,
+                   error=json.loads(error) if error else None,
                    attempts=attempts, cached=bool(cached), created=created, finished=finished)
 
 

@@ -19,6 +19,9 @@ once however often it is resent: ``POST /v1/jobs`` (idempotent by id), then long
   request itself is wrong: unknown option, oversized code) raise ``ValueError``; 401 (wrong or
   missing token) raises :class:`EnvironmentFailure` naming it; no answer within ``timeout_s`` raises
   :class:`EnvironmentFailure`. Never a kernel verdict.
+* **Results** arrive as standard JSON (NaN and infinities as listed strings,
+  :mod:`drkernel.env.service.codec`) and are decoded back to the ``EvalResult`` the server's grader
+  returned. ``stats["cached"]`` counts answers from a server's result cache.
 * **Health**: ``/healthz`` of every server every ``health_interval_s``; a server that is not ready
   gets no new calls while another one is.
 
@@ -42,6 +45,7 @@ import httpx
 from drkernel.env.grader import GraderBase, Options
 from drkernel.env.result import EnvironmentFailure, EvalResult
 from drkernel.env.service.cli import TOKEN_ENV
+from drkernel.env.service.codec import decode_result
 from drkernel.env.task import Task, TaskError
 
 
@@ -86,7 +90,8 @@ class RemoteGrader(GraderBase):
         self.max_backoff_s = max_backoff_s
         self.env_retries = env_retries
         self.health_interval_s = health_interval_s
-        self.stats = {"submitted": 0, "retries": 0, "resubmitted": 0, "failovers": 0}
+        self.stats = {"submitted": 0, "retries": 0, "resubmitted": 0, "failovers": 0, "cached": 0, "transient": 0}
+        """``cached``: answers from a server's cache; ``transient``: answers a server did not cache."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="RemoteGrader-loop", daemon=True)
         self._thread.start()
@@ -164,7 +169,9 @@ class RemoteGrader(GraderBase):
             finally:
                 server.in_flight -= 1
             if job["state"] == "done":
-                return EvalResult.from_dict(job["result"])
+                self.stats["cached"] += bool(job.get("cached"))
+                self.stats["transient"] += bool(job.get("transient"))
+                return EvalResult.from_dict(decode_result(job["result"]))
             error = job.get("error") or {}
             if error.get("status") == 422:
                 raise TaskError(error.get("message", "unusable task"))
