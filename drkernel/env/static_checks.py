@@ -121,8 +121,10 @@ def _is_kernel_decorator(dec: ast.AST) -> bool:
 
 
 class _Checker(ast.NodeVisitor):
-    def __init__(self, entry_point: str):
+    def __init__(self, entry_point: str, top_level: set[str] | None = None):
         self.entry_point = entry_point
+        self.top_level = top_level or set()
+        """Names of the module's own functions and classes (state stored on them outlives a call)."""
         self.findings: list[Finding] = []
         self.module_aliases: dict[str, str] = {}  # local name -> imported module root
         self.kernels: set[str] = set()
@@ -176,6 +178,10 @@ class _Checker(ast.NodeVisitor):
                 self.add("output_cache", dec, f"@{name} caches results across calls")
         if node.name in ("__torch_function__", "__torch_dispatch__"):
             self.add("tensor_subclass", node, f"defines {node.name}")
+        for default in list(node.args.defaults) + [d for d in node.args.kw_defaults if d is not None]:
+            if _is_mutable_literal(default):
+                self.add("output_cache", default, f"{node.name}() has a mutable default argument: state kept "
+                         "across calls")
         if self._func_depth == 0:
             self.functions[node.name] = node
         self._func_depth += 1
@@ -234,6 +240,9 @@ class _Checker(ast.NodeVisitor):
                 self.add("introspection", node, f"assigns {dotted}")
         if isinstance(target, ast.Subscript) and isinstance(base, ast.Name) and base.id in self.module_mutables:
             self.add("output_cache", node, f"writes into module-level container {base.id}")
+        if (self._func_depth and isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name)
+                and base.value.id in self.top_level):
+            self.add("output_cache", node, f"stores {base.value.id}.{base.attr} at run time: state kept across calls")
 
     def visit_Assign(self, node: ast.Assign) -> None:
         if self._func_depth == 0:
@@ -413,7 +422,8 @@ def check_source(source: str, entry_point: str = "Model") -> StaticReport:
     except SyntaxError as exc:
         report.syntax_error = f"SyntaxError: {exc.msg} (line {exc.lineno})"
         return report
-    checker = _Checker(entry_point)
+    top_level = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    checker = _Checker(entry_point, top_level)
     checker.visit(tree)
     cls_name = f"{entry_point}New"
     report.kernels = sorted(checker.kernels)

@@ -175,3 +175,25 @@ def test_static_checks_are_safe_on_several_threads_at_once():
     finally:
         gc.set_threshold(*threshold)
     assert not errors, errors[:3]
+
+
+def test_state_kept_on_defaults_and_module_functions_is_a_cache():
+    """Red-team class 4: a mutable default argument, or attributes of a module-level function set at
+    run time, keep results across calls (the worker also keeps inputs' memory unique per call)."""
+    src_default = KERNEL + """
+class ModelNew(nn.Module):
+    def forward(self, x, _memo={}):
+        return _launch(x)
+"""
+    src_funcattr = KERNEL + """
+def _product(x):
+    _product.last = x
+    return _launch(x)
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return _product(x)
+"""
+    for src, needle in ((src_default, "mutable default"), (src_funcattr, "_product.last")):
+        report = check_source(src)
+        assert "output_cache" in report.hack_reasons and any(needle in m for m in report.messages()), report
