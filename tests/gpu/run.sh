@@ -7,6 +7,7 @@
 #                                         verl (3 verl PPO steps with vLLM; needs the carried wheels
 #                                         installed first: tests/gpu/verl/README.md; not in the default)
 #                                         rollout (local generation tokens/s; not in the default)
+#                                         redteam (the black-box corpus; OLD_DRKERNEL=dir for a before run)
 # Stages service, agent and local need the serve/agent/local extras' pure-Python packages
 # (pip install -e '.[serve,agent,local]'; on a machine without internet, install their wheels).
 # Results go to $OUT (default /tmp/drkernel-gpu): logs, results.json, summary.md, plots.
@@ -57,12 +58,20 @@ for stage in $STAGES; do
                   --out "$OUT/speed_$suite$SUFFIX.json" 2>&1 | tee "$OUT/speed_$suite$SUFFIX.log" || status=1
               done ;;
     sweep)    $PY tests/gpu/gemm_sweep.py --out "$OUT/gemm_sweep.json" 2>&1 | tee "$OUT/gemm_sweep.log" || status=1 ;;
+    # ---- redteam: the black-box corpus (tests/env/redteam) with this grader and, when OLD_DRKERNEL
+    # names an older checkout (e.g. .old/c661605, carried), with that one: the before/after table.
+    redteam)  $PY tests/benchmarks/grade_corpus.py tests/env/redteam --device cuda --label new \
+                --out "$OUT/redteam_cuda.json" 2>&1 | tee "$OUT/redteam_cuda.log" | tail -12 || status=1
+              if [ -n "${OLD_DRKERNEL:-}" ]; then
+                PYTHONPATH="$ROOT/$OLD_DRKERNEL" $PY tests/benchmarks/grade_corpus.py tests/env/redteam --device cuda \
+                  --label "old" --out "$OUT/redteam_cuda_old.json" 2>&1 | tee "$OUT/redteam_cuda_old.log" | tail -12
+              fi ;;
     # ---- rollout: tokens/s of the local trainer's batched generation (tiny model built here, as the
     # GPU local stage's; batched vs one-at-a-time). ROLLOUT_DEVICE=cpu checks the stage on a CPU box.
     rollout)  mkdir -p "$OUT/rollout"
               $PY tests/benchmarks/bench_rollout.py --device "${ROLLOUT_DEVICE:-cuda}" --tiny-hidden 256 \
                 --tiny-layers 4 --tokenizer-vocab 4000 --batches "${ROLLOUT_BATCHES:-1,8,32,64}" \
-                --prompt-tokens 512,2048 --new-tokens 256 --min-tokens-per-s "${ROLLOUT_MIN_TOKPS:-2000}" \
+                --prompt-tokens "${ROLLOUT_PROMPTS:-512,2048}" --new-tokens 256 --min-tokens-per-s "${ROLLOUT_MIN_TOKPS:-2000}" \
                 --out "$OUT/rollout/bench_rollout.json" 2>&1 | tee "$OUT/rollout/bench_rollout.log" || status=1 ;;
     # ---- end rollout
     # --- verl: real verl PPO steps with vLLM rollouts (tests/gpu/verl/README.md) ---------------
