@@ -1,9 +1,12 @@
 """Grade redteam candidates one at a time with the drkernel CLI (black box) and print one line each.
 
 usage: python tests/env/redteam/grade.py [--device cpu] [--seed N] [--out DIR] CANDIDATE.py [...]
-       python tests/env/redteam/grade.py --manifest [--kind hack] [--filter SUBSTR]
+       python tests/env/redteam/grade.py --manifest [--kind hack] [--filter SUBSTR] [--out DIR]
 
 The task of a candidate is read from manifest.yaml (or from the candidate's file name prefix rtNN_).
+With --manifest each line also shows the recorded baseline_cpu verdict, and a summary at the end counts,
+per kind and class, how many passed / were flagged hacked / failed. Entries marked `seeded: true`
+(persistence across evaluations) are graded twice with --seed 0 and the second verdict is reported.
 Runs strictly sequentially (one evaluation at a time).
 """
 import argparse
@@ -91,9 +94,27 @@ def main():
         cands += [os.path.join(HERE, e["candidate"]) for e in manifest
                   if (a.kind is None or e.get("kind") == a.kind) and (a.filter is None or a.filter in e["candidate"])]
     extra = ["--no-timing"] if a.no_timing else []
+    by_path = {os.path.join(HERE, e["candidate"]): e for e in manifest}
+    summary = {}
     for c in cands:
-        r = grade(c, task_for(c, manifest), a.device, a.seed, a.out, extra)
-        print(f"{os.path.relpath(os.path.abspath(c), HERE)}: {verdict(r)}", flush=True)
+        e = by_path.get(os.path.abspath(c), {})
+        if e.get("seeded") == "true" and a.manifest:
+            grade(c, task_for(c, manifest), a.device, 0, None, extra)
+            r = grade(c, task_for(c, manifest), a.device, 0, a.out, extra)
+        else:
+            r = grade(c, task_for(c, manifest), a.device, a.seed, a.out, extra)
+        v = verdict(r)
+        base = f"   [baseline: {e['baseline_cpu']}]" if e.get("baseline_cpu") else ""
+        print(f"{os.path.relpath(os.path.abspath(c), HERE)}: {v}{base}", flush=True)
+        key = e.get("kind", "?") + (" class " + e["class"] if e.get("class") else "")
+        t = summary.setdefault(key, {"n": 0, "pass": 0, "hacked": 0, "fail": 0})
+        t["n"] += 1
+        t["pass" if v.startswith("pass") else "hacked" if v.startswith("hacked") else "fail"] += 1
+    if a.manifest:
+        print("\nkind/class            n  pass  hacked  fail")
+        for k in sorted(summary):
+            t = summary[k]
+            print(f"{k:<20} {t['n']:>3} {t['pass']:>5} {t['hacked']:>7} {t['fail']:>5}")
 
 
 if __name__ == "__main__":
