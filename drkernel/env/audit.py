@@ -288,13 +288,17 @@ class Auditor:
         targets = []
         for owner, names in ((pd, ("_pop_mode", "_pop_mode_temporarily", "_disable_current_modes")),
                              (torch._C, ("_pop_torch_dispatch_mode", "_pop_torch_function_mode",
-                                         "_set_dispatch_mode", "_unset_dispatch_mode"))):
+                                         "_set_dispatch_mode", "_unset_dispatch_mode")),
+                             # whether the profiler is on tells nothing a kernel needs, and everything
+                             # a kernel switching its behaviour under measurement needs
+                             (torch._C._autograd, ("_profiler_enabled", "_kineto_step")),
+                             (torch.autograd, ("_profiler_enabled",))):
             for n in names:
                 fn = getattr(owner, n, None) if owner is not None else None
                 if fn is not None:
                     targets.append(fn)
         self._wrap_everywhere(targets, lambda o: self._guarded(o, "forbidden_operation",
-                                                               f"changing torch's mode stack ({getattr(o, '__name__', '?')})"))
+                                                               f"torch.{getattr(o, '__name__', '?')}"))
 
     def _guard_registrations(self, torch: Any) -> None:
         """Operator registrations (``torch.library``: new kernels for aten operators, custom ops)

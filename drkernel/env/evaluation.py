@@ -393,6 +393,8 @@ class Evaluation:
                      for k, (d, s, _, r) in enumerate(plan.trials)}
         if not self.cuda:
             self._ref_cost = self.prepared.reference_cost(plan.init_seed, TrialKey(plan.trials[0][1], "native"))
+        else:
+            torch.cuda.empty_cache()  # the inputs drawn here: give their memory back to the workers
 
     def _acquire(self) -> None:
         t0 = time.monotonic()
@@ -534,7 +536,8 @@ class Evaluation:
                 if item.get("out") is not None:
                     try:
                         with self._shared():
-                            ref_out = self.prepared.reference(plan.init_seed, key, reload, self._buffers).out
+                            ref_out = self.prepared.reference(plan.init_seed, key, reload, self._buffers,
+                                                              cache=False).out
                             cmp = self._compare(read_tensor(item["out"], self.proc.workdir, ref_out.device), ref_out)
                         ok, msg = cmp.ok, cmp.message
                     except (TensorIOError, OSError) as exc:
@@ -543,6 +546,8 @@ class Evaluation:
                     self._finding("timed_output_mismatch", f"timed call {call}: {msg[:120]}")
                     self._fail(Stage.TIMING, f"output of timed call {call} is wrong: {msg}")
                     raise _Stop
+            if self.cuda:
+                torch.cuda.empty_cache()
         if self.cuda:
             n = self._calls
             try:

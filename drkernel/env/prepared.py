@@ -106,9 +106,10 @@ class PreparedTask:
         return scale_floats(inputs, key.factor) if key.factor is not None else inputs
 
     def reference(self, init_seed: int, key: TrialKey, reload_seed: int | None = None,
-                  buffers: bool = True) -> ReferenceOutput:
+                  buffers: bool = True, cache: bool = True) -> ReferenceOutput:
         """The reference's output on ``key``'s inputs with parameters from (``init_seed``,
-        ``reload_seed``) (computed once, then cached)."""
+        ``reload_seed``) (computed once, then cached; ``cache=False`` for inputs no other evaluation
+        will see again, such as a timed call's, whose model is not kept either)."""
         with self._lock:
             ckey = (init_seed, reload_seed, buffers, key)
             cached = self._outputs.get(ckey)
@@ -117,7 +118,12 @@ class PreparedTask:
                 self.hits += 1
                 return cached
             self.misses += 1
-            model = self.model(init_seed, reload_seed, buffers)
+            if cache:
+                model = self.model(init_seed, reload_seed, buffers)
+            else:
+                model = self.loaded.build_model(self.loaded.init_inputs(init_seed), init_seed, self.device)
+                if reload_seed is not None:
+                    reload_parameters(model, reload_seed, buffers=buffers)
             inputs = self.draw(key)
             before = [t.clone() for t in tensors_in(inputs)]
             try:
@@ -134,6 +140,8 @@ class PreparedTask:
                                   ", ".join(str(tuple(t.shape)) for t in before) or "-")
             if ref.aliases_input:
                 ref.out = ref.out.clone()  # keep the value, not a view of inputs dropped below
+            if not cache:
+                return ref
             self._outputs[ckey] = ref
             self._bytes += ref.nbytes
             while self._bytes > self.cache_bytes and len(self._outputs) > 1:

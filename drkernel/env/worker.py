@@ -40,7 +40,7 @@ from typing import Any
 _perf = time.perf_counter
 _MAX_ERR = 2000
 #: Bytes of earlier calls' inputs a worker keeps alive (:meth:`Harness._keep_alive`).
-KEEP_BYTES = {"cuda": 4 << 30, "cpu": 512 << 20}
+KEEP_BYTES = {"cuda": 1 << 30, "cpu": 512 << 20}
 
 
 def _trim_traceback(exc: BaseException, candidate_file: str | None) -> str:

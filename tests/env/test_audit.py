@@ -52,6 +52,7 @@ PROBE = textwrap.dedent('''
             return e.__traceback__.tb_frame
     attempt("tb_frame", tb)
     attempt("pop_mode", lambda: torch.utils._python_dispatch._pop_mode())
+    attempt("profiler_state", lambda: torch.autograd._profiler_enabled())
     attempt("library", lambda: torch.library.Library("aten", "IMPL"))
     attempt("settrace", lambda: sysmod.settrace(None))
     added = []
@@ -88,7 +89,7 @@ def test_operations_the_candidate_makes_are_refused_and_recorded(tmp_path):
     res = _run(RUNNER, tmp_path, PROBE)
     r = res["results"]
     for name in ("getframe", "open", "gc_objects", "thread", "threading", "import_ftplib", "code_object",
-                 "exec", "tb_frame", "pop_mode", "library", "settrace"):
+                 "exec", "tb_frame", "pop_mode", "library", "settrace", "profiler_state"):
         assert r[name] == "PermissionError", (name, r)
     # what kernels legitimately use still works
     for name in ("dataclass", "namedtuple", "math", "numpy_copy"):
@@ -99,7 +100,7 @@ def test_operations_the_candidate_makes_are_refused_and_recorded(tmp_path):
     assert all(hack_id in ("forbidden_operation", "host_compute") for hack_id, _ in records)
     text = " ".join(detail for _, detail in records)
     for needle in ("sys._getframe", "open('/etc/hostname')", "gc.get_objects", "starting a thread", "import 'ftplib'",
-                   "__code__", "tb_frame", "_pop_mode", "Library.__init__", "sys.settrace", "addaudithook",
+                   "__code__", "tb_frame", "_pop_mode", "Library.__init__", "sys.settrace", "addaudithook", "_profiler_enabled",
                    "Tensor.numpy()"):
         assert needle in text, (needle, records)
     assert all("cand.py:" in detail for _, detail in records if "hook" not in detail), [r for r in records if "cand.py:" not in r[1]]
