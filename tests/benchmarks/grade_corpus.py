@@ -27,8 +27,10 @@ def load_entries(root: Path, device: str) -> list[dict]:
     if manifest.exists():
         import yaml
 
-        for e in yaml.safe_load(manifest.read_text()) or []:
-            entries.append({"candidate": e["candidate"], "task": e["task"], "kind": e.get("kind"),
+        data = yaml.safe_load(manifest.read_text()) or []
+        for e in data.get("candidates", []) if isinstance(data, dict) else data:
+            entries.append({"candidate": e["candidate"].removeprefix("candidates/"),
+                            "task": e["task"].removeprefix("tasks/"), "kind": e.get("kind"),
                             "class": e.get("class"), "devices": e.get("devices", "both")})
     else:
         tasks = {p.stem[:4]: p.name for p in (root / "tasks").glob("*.py")}
