@@ -360,11 +360,13 @@ class Evaluation:
                 reply = self._timed_calls()
             self._timing(reply, ref)
             events = reply.events
-        elif (self.cuda and self.config.profile and self.result.error is None and bool(self.trials_ok)
-              and not self.result.hacked):
+        elif not (self.config.profile and self.result.error is None and bool(self.trials_ok)
+                  and (not self.result.hacked or self.config.time_hacked)):
+            return
+        elif self.cuda:  # no timing: the device records of the correctness calls
             events = self._request(EventsRequest(), self.config.call_timeout_s, "profiling").body.events
         else:
-            return
+            events = None  # CPU: the correctness calls' torch work came with their replies
         if not self.config.profile:
             return
         self._enter(Stage.PROFILING)

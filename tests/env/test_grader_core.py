@@ -286,6 +286,8 @@ def test_cpu_coverage_is_not_inflated_by_a_torch_fallback():
     assert "not done in your Triton kernels" in r.feedback
     honest = evaluate(PROBE_TASK, HONEST, seed=0, config=TIMED)
     assert honest.passed and honest.coverage == 1.0
+    untimed = evaluate(MATMUL_TASK, LAZY_MATMUL, seed=0, config=TIMED.with_overrides(measure_performance=False))
+    assert not untimed.correct and untimed.error.stage == "profiling"  # the verdict does not need timing
 
 
 def test_device_gate_keeps_timing_alone_on_its_gpu():
