@@ -91,7 +91,8 @@ class TrainConfig:
     grader_capacity: int | None = None
     """Concurrent gradings; None = the grader's default."""
     grade_profile: bool | None = None
-    """Profile coverage during grading (PR/PRS input); None = on for cuda, off for cpu (then PRS is off)."""
+    """Attribute the graded calls' work (coverage: PR/PRS input and the grader's coverage verdict);
+    None = on (on the CPU interpreter coverage is the cheap torch-work estimate, drkernel.env.profiling)."""
     estimator: str = "trloo"
     """Advantage estimator by registry name (trloo, grpo, rloo, ...)."""
     gamma: float = 1.0
@@ -188,7 +189,7 @@ class KernelEnv:
         self.tasks = [t.task(self.suite.entry_point) for t in self.suite.select(tasks)]
         if not self.tasks:
             raise ValueError(f"no task of suite {self.suite.id} matches {tasks!r}")
-        profile = device.startswith("cuda") if profile is None else profile
+        profile = True if profile is None else profile
         grade_device = "cuda" if device.startswith("cuda") else "cpu"
         self.grader = LocalGrader(self.suite.eval_config(grade_device, profile=profile), capacity=capacity)
         self.num_turns = num_turns
@@ -426,7 +427,7 @@ class Trainer:
 
     def _profiling(self) -> bool:
         cfg = self.config
-        return cfg.device.startswith("cuda") if cfg.grade_profile is None else bool(cfg.grade_profile)
+        return True if cfg.grade_profile is None else bool(cfg.grade_profile)
 
     def _prs_active(self) -> bool:
         """PRS needs coverage: a kernel suite graded with profiling. Without it every correct turn
