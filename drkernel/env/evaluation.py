@@ -563,6 +563,8 @@ class Evaluation:
             cand = [w.time_ns / 1e6 for w in timed]
         else:
             cand = list(t.host_ms[cfg.warmup:])
+            if t.calls_without_launch:  # (on a GPU the device records decide, in _attribute)
+                self._finding("launch_inconsistent", f"{t.calls_without_launch} timed calls launched no kernel of yours")
         if len(cand) != cfg.timing_trials or not cand:
             self._fail(Stage.TIMING, f"the timing returned {len(cand)} of {cfg.timing_trials} calls")
             raise _Stop

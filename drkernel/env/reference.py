@@ -35,8 +35,6 @@ class ReferenceTiming:
     times_ms: list[float]
     """Device time of each timed call (CPU: host time)."""
     median_ms: float
-    foreign_cost: float
-    """CPU: byte equivalents of one reference forward (the denominator of CPU coverage)."""
     top: list[dict[str, Any]] = field(default_factory=list)
     measured_at: float = 0.0
     launch_budget: dict[str, Any] | None = None
@@ -116,11 +114,9 @@ def measure(prepared: PreparedTask, config: EvalConfig, proc: Any) -> ReferenceT
         top = top_kernels(windows[config.warmup:], None)
     else:
         times, top = list(t.host_ms[config.warmup:]), []
-    foreign = list(t.foreign[config.warmup:]) or [0.0]
     if len(times) != config.timing_trials:
         raise EnvironmentFailure(f"the reference's timing returned {len(times)} of {config.timing_trials} calls")
-    return ReferenceTiming(times_ms=times, median_ms=statistics.median(times),
-                           foreign_cost=statistics.median(foreign), top=top, measured_at=time.time(),
+    return ReferenceTiming(times_ms=times, median_ms=statistics.median(times), top=top, measured_at=time.time(),
                            launch_budget=t.launch_budget, seconds=time.monotonic() - t0)
 
 
