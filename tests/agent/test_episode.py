@@ -212,4 +212,6 @@ def test_hanging_kernel_ends_at_the_deadline_and_becomes_feedback():
                                      EpisodeConfig(max_turns=2)))
     hung, fixed = tr.turns
     assert not tr.failed and hung.result.error.stage == "correctness" and "timed out" in hung.feedback
-    assert hung.reward == 0.0 and fixed.result.passed and fixed.reward == pytest.approx(0.5)  # no timing: 0.5 c
+    # no timing, but coverage is measured on the correctness calls: R = 0.5 c + 0.5 c cov (PR)
+    assert hung.reward == 0.0 and fixed.result.passed and fixed.result.coverage is not None
+    assert fixed.reward == pytest.approx(0.5 + 0.5 * fixed.result.coverage)
