@@ -194,31 +194,50 @@ def test_round_trips(seed: int) -> None:
 # --------------------------------------------------------------------------- equivalence with the old copies
 
 
+def _naive_layout(ti: torch.Tensor, mask: torch.Tensor, tok_values: torch.Tensor, turn_values: torch.Tensor):
+    """The definitions, token by token (the reference the vectorised functions are checked against)."""
+    n, length = ti.shape
+    turns = turn_values.shape[1]
+    sums = torch.zeros(n, turns, dtype=tok_values.dtype)
+    exists = torch.zeros(n, turns, dtype=torch.bool)
+    first = torch.full((n, turns), -1)
+    last = torch.full((n, turns), -1)
+    broadcast = torch.zeros(n, length, dtype=turn_values.dtype)
+    for i in range(n):
+        for pos in range(length):
+            t = int(ti[i, pos])
+            if t < 0:
+                continue
+            sums[i, t] += tok_values[i, pos]
+            exists[i, t] |= bool(mask[i, pos])
+            first[i, t] = pos if first[i, t] < 0 else first[i, t]
+            last[i, t] = pos
+            broadcast[i, pos] = turn_values[i, t] if mask[i, pos] else 0
+    return sums, exists, first, last, broadcast
+
+
 @pytest.mark.parametrize("seed", range(6))
-def test_new_layout_equals_the_old_copies_on_random_batches(seed: int) -> None:
+def test_layout_equals_the_definitions_and_the_public_adapters_on_random_batches(seed: int) -> None:
     from drkernel.advantages import token_level
-    from drkernel.step import dr_kernel
+    from drkernel.verl import layout
 
     ti, g = _random_layout(seed)
     n, length, turns = ti.shape[0], ti.shape[1], 4
     mask = (ti >= 0) & (torch.rand(n, length, generator=g) > 0.2)
     tok_rewards = torch.where(ti >= 0, torch.randn(n, length, generator=g), torch.zeros(n, length))
     values = torch.randn(n, turns, generator=g)
+    sums, exists, first, last, broadcast = _naive_layout(ti, mask, tok_rewards, values)
+    torch.testing.assert_close(tokens_to_turns(tok_rewards, ti, turns), sums)
+    assert torch.equal(turn_exists(ti, mask, turns), exists)
+    assert torch.equal(turn_boundaries(ti, turns)[0], first) and torch.equal(turn_boundaries(ti, turns)[1], last)
+    assert torch.equal(turns_to_tokens(values, ti, mask), broadcast)
+    # the public adapters give the same (same signatures as before the move)
     old_r, old_m = token_level.token_to_turn_rewards(tok_rewards, ti, mask, turns)
-    torch.testing.assert_close(tokens_to_turns(tok_rewards, ti, turns), old_r)
-    assert torch.equal(turn_exists(ti, mask, turns), old_m)
-    assert torch.equal(turns_to_tokens(values, ti, mask), token_level.turn_to_token(values, ti, mask))
-    assert torch.equal(turns_to_tokens(values, ti, mask), dr_kernel._turn_to_tok(values, ti, mask))
-    bools = torch.rand(n, turns, generator=g) > 0.5
-    assert torch.equal(turns_to_tokens(bools, ti), dr_kernel._turn_to_tok_bool(bools, ti))
-    try:
-        from drkernel.verl import layout
-    except ImportError:
-        return
-    torch.testing.assert_close(tokens_to_turns(tok_rewards, ti, turns), layout.turn_rewards_from_tokens(tok_rewards, ti, turns))
-    assert torch.equal(turns_to_tokens(values, ti), layout.turn_values_to_tokens(values, ti))
-    assert torch.equal(turn_boundaries(ti, turns)[1], layout.last_token_of_turns(ti, turns))
-    assert torch.equal(turn_index_from_mask(mask), layout.turn_index_from_mask(mask))
+    torch.testing.assert_close(old_r, sums)
+    assert torch.equal(old_m, exists) and torch.equal(token_level.turn_mask_from_tokens(ti, mask, turns), exists)
+    assert torch.equal(token_level.turn_to_token(values, ti, mask), broadcast)
+    torch.testing.assert_close(layout.turn_rewards_from_tokens(tok_rewards, ti, turns), sums)
+    assert torch.equal(layout.turn_values_to_tokens(values, ti, mask), broadcast)
 
 
 def _random_trajectories(seed: int, n: int = 5) -> list[Trajectory]:

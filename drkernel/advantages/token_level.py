@@ -19,6 +19,7 @@ import torch
 
 from drkernel.advantages._groups import dense_group_ids
 from drkernel.advantages.registry import GroupIds, get_advantage
+from drkernel.turns import row_cells, tokens_to_turns, turn_exists, turns_to_tokens
 
 __all__ = [
     "token_to_turn_rewards",
@@ -66,7 +67,8 @@ def token_to_turn_rewards(
 
     r_{i,t} = sum of ``tok_rewards[i, l]`` over tokens l with ``tok_turn_index[i, l] == t``
     (masked-out tokens of the turn included: the reward usually sits on the turn's last token);
-    ``turn_mask[i, t]`` is True iff turn t has at least one token with ``tok_mask`` True.
+    ``turn_mask[i, t]`` is True iff turn t has at least one token with ``tok_mask`` True
+    (:func:`drkernel.turns.tokens_to_turns` and :func:`drkernel.turns.turn_exists`).
 
     Args:
         tok_rewards: float ``(N, L)``, rewards placed on turn-end tokens, 0 elsewhere.
@@ -85,47 +87,30 @@ def token_to_turn_rewards(
     if tok_rewards.dim() != 2:
         raise ValueError(f"tok_rewards must be 2-D (N, L), got shape {tuple(tok_rewards.shape)}")
     num_turns = _check_token_inputs(tok_turn_index, tok_mask, tok_rewards.shape, max_turns)
-    if not tok_rewards.dtype.is_floating_point:
-        tok_rewards = tok_rewards.to(torch.get_default_dtype())
-    n = tok_rewards.shape[0]
-    in_turn = tok_turn_index >= 0
-    if bool((~in_turn & (tok_rewards != 0)).any()):
+    if bool(((tok_turn_index < 0) & (tok_rewards != 0)).any()):
         raise ValueError("tok_rewards is non-zero on tokens with tok_turn_index == -1")
-
-    rows = torch.arange(n, device=tok_rewards.device)[:, None].expand_as(tok_turn_index)
-    flat = (rows * num_turns + tok_turn_index.long())[in_turn]  # (i, t) cell of each turn token
-    turn_rewards = torch.zeros(n * num_turns, dtype=tok_rewards.dtype, device=tok_rewards.device)
-    turn_rewards.index_add_(0, flat, tok_rewards[in_turn])  # r_{i,t} = sum of the turn's tokens
-    return turn_rewards.view(n, num_turns), turn_mask_from_tokens(tok_turn_index, tok_mask, num_turns)
+    turn_rewards = tokens_to_turns(tok_rewards, tok_turn_index, num_turns)
+    return turn_rewards, turn_exists(tok_turn_index, tok_mask, num_turns)
 
 
 def turn_mask_from_tokens(
     tok_turn_index: torch.Tensor, tok_mask: torch.Tensor, num_turns: int
 ) -> torch.Tensor:
-    """``(N, T)`` bool: turn t of row i exists and has at least one trained token."""
-    n = tok_turn_index.shape[0]
-    rows = torch.arange(n, device=tok_turn_index.device)[:, None].expand_as(tok_turn_index)
-    trained = (rows * num_turns + tok_turn_index.long())[(tok_turn_index >= 0) & tok_mask]
-    counts = torch.bincount(trained, minlength=n * num_turns)  # trained tokens per (i, t)
-    return (counts > 0).view(n, num_turns)
+    """``(N, T)`` bool: turn t of row i exists and has at least one trained token
+    (:func:`drkernel.turns.turn_exists`)."""
+    return turn_exists(tok_turn_index, tok_mask, num_turns)
 
 
 def turn_to_token(
     turn_values: torch.Tensor, tok_turn_index: torch.Tensor, tok_mask: torch.Tensor
 ) -> torch.Tensor:
     """Broadcast per-turn values ``(N, T)`` onto tokens ``(N, L)``; 0 outside ``tok_mask`` and
-    on tokens with turn index -1."""
+    on tokens with turn index -1 (:func:`drkernel.turns.turns_to_tokens`)."""
     n, num_turns = turn_values.shape
     _check_token_inputs(tok_turn_index, tok_mask, tok_turn_index.shape, num_turns)
     if tok_turn_index.shape[0] != n:
         raise ValueError(f"turn_values has N={n} rows but tok_turn_index has {tok_turn_index.shape[0]}")
-    zero = torch.zeros((), dtype=turn_values.dtype, device=turn_values.device)
-    if num_turns == 0:
-        return torch.zeros(tok_turn_index.shape, dtype=turn_values.dtype, device=turn_values.device)
-    rows = torch.arange(n, device=turn_values.device)[:, None]
-    flat = rows * num_turns + tok_turn_index.long().clamp(min=0)
-    values = turn_values.reshape(-1)[flat]  # A_{i, turn(l)}
-    return torch.where((tok_turn_index >= 0) & tok_mask, values, zero)
+    return turns_to_tokens(turn_values, tok_turn_index, tok_mask)
 
 
 def token_level_advantages(
@@ -223,26 +208,15 @@ def row_level_advantages(
             raise ValueError(f"row_loss_mask must be bool or integer 0/1, got {row_loss_mask.dtype}")
         row_loss_mask = row_loss_mask.bool()
     row_loss_mask = row_loss_mask.to(device)
-    turn_index = row_turn_index.long().to(device)
-    real = turn_index >= 1
-    if bool(((turn_index == 0) | (turn_index < -1)).any()):
-        raise ValueError("row_turn_index must be 1-based (>= 1) or -1 for padding rows")
-    num_turns = int(turn_index.max()) if r else 0
-    if max_turns is not None:
-        if num_turns > max_turns:
-            raise ValueError(f"row_turn_index has turn {num_turns} but max_turns={max_turns}")
-        num_turns = int(max_turns)
-    num_turns = max(num_turns, 0)
-
-    traj, n = dense_group_ids(row_traj_ids, r, device)  # trajectory of each row, (R,)
+    cells = row_cells(row_traj_ids, row_turn_index, max_turns)  # (i, t) cell of each row
+    n, num_turns = cells.num_traj, cells.num_turns
     row_gid, _ = dense_group_ids(row_group_ids, r, device)  # prompt group of each row, (R,)
     if num_turns == 0 or n == 0:
         return torch.zeros_like(row_rewards, dtype=_float(row_rewards))
 
-    cell = traj * num_turns + (turn_index - 1).clamp(min=0)  # (i, t) of each row
+    cell, traj = cells.cell.to(device), cells.traj.to(device)
+    real = cell >= 0
     real_cell = cell[real]
-    if real_cell.numel() and int(torch.bincount(real_cell).max()) > 1:
-        raise ValueError("two rows share the same (trajectory, turn_index)")
     traj_group = torch.zeros(n, dtype=torch.long, device=device)
     traj_group[traj[real]] = row_gid[real]
     if bool((traj_group[traj[real]] != row_gid[real]).any()):
@@ -257,7 +231,7 @@ def row_level_advantages(
         turn_rewards.view(n, num_turns), traj_group, turn_mask.view(n, num_turns), gamma, **knobs
     )
     zero = torch.zeros((), dtype=dtype, device=device)
-    return torch.where(real, turn_adv.reshape(-1)[cell], zero)  # row gets A of its cell
+    return torch.where(real, turn_adv.reshape(-1)[cell.clamp(min=0)], zero)  # row gets A of its cell
 
 
 def _float(t: torch.Tensor) -> torch.dtype:

@@ -44,12 +44,12 @@ from typing import Any
 import torch
 
 from drkernel.advantages import get_advantage
-from drkernel.advantages.token_level import turn_mask_from_tokens
 from drkernel.advantages.trloo import trloo_advantages_with_metrics
 from drkernel.correction.mismatch import MismatchConfig, apply_mismatch_correction
 from drkernel.rewards.group_filter import filter_groups_last_turn
 from drkernel.rewards.prs import PRSConfig, prs_keep_mask
 from drkernel.rewards.turn_mask import meaningful_turn_mask
+from drkernel.turns import turn_exists, turns_to_tokens
 
 __all__ = ["DrKernelStepConfig", "StepBatch", "StepResult", "StepState", "dr_kernel_step"]
 
@@ -286,7 +286,7 @@ def dr_kernel_step(
     chosen = _index(rows, selected)
     turn_adv, adv_metrics = _advantages(chosen, cfg)
     metrics.update(adv_metrics)
-    tok_adv = _turn_to_tok(turn_adv, chosen.tok_turn_index, chosen.response_mask)
+    tok_adv = turns_to_tokens(turn_adv, chosen.tok_turn_index, chosen.response_mask)
 
     # 7. drop dead rows (nothing left to train on)
     alive = chosen.response_mask.any(dim=1)
@@ -333,7 +333,7 @@ def _process(
     group_ids = _as_list(batch.group_ids, n, "group_ids")
     tokens_in = float(mask.sum())
 
-    exists = turn_mask_from_tokens(turn_index, mask, num_turns) if batch.turn_exists is None else _bool(
+    exists = turn_exists(turn_index, mask, num_turns) if batch.turn_exists is None else _bool(
         batch.turn_exists, (n, num_turns), "turn_exists", device
     )
     failed = None if batch.failed is None else _bool(batch.failed, (n,), "failed", device)
@@ -348,7 +348,7 @@ def _process(
         metrics.update(tm_metrics)
     else:
         loss_mask = exists if failed is None else exists & ~failed[:, None]
-    mask = mask & _turn_to_tok_bool(loss_mask, turn_index)  # response_mask *= loss_mask[turn(l)]
+    mask = mask & turns_to_tokens(loss_mask, turn_index)  # response_mask *= loss_mask[turn(l)]
     metrics.update(_reward_metrics(rewards, exists, loss_mask))
 
     # 2. MRS: trajectory rejection, per-turn veto, optional truncated IS
@@ -363,7 +363,7 @@ def _process(
     if cfg.prs is not None:
         if batch.turn_correct is None or batch.turn_coverage is None:
             raise ValueError("PRS is on (config.prs) but the batch has no turn_correct/turn_coverage")
-        alive_turns = turn_mask_from_tokens(turn_index, mask, num_turns)
+        alive_turns = turn_exists(turn_index, mask, num_turns)
         keep, prs_metrics = prs_keep_mask(
             batch.turn_coverage.to(device),
             _bool(batch.turn_correct, (n, num_turns), "turn_correct", device),
@@ -376,7 +376,7 @@ def _process(
             generator=generator,
         )
         metrics.update(prs_metrics)
-        mask = mask & _turn_to_tok_bool(keep, turn_index)  # response_mask *= keep[turn(l)]
+        mask = mask & turns_to_tokens(keep, turn_index)  # response_mask *= keep[turn(l)]
 
     # 4. rewards of masked turns zeroed (MRS/PRS-rejected turns keep theirs: baselines)
     zero = torch.zeros((), dtype=rewards.dtype, device=device)
@@ -523,18 +523,6 @@ def _as_list(ids: Sequence[Any] | torch.Tensor, n: int, name: str) -> list[Any]:
     if len(out) != n:
         raise ValueError(f"{name} must have length N = {n}, got {len(out)}")
     return out
-
-
-def _turn_to_tok_bool(turn_values: torch.Tensor, turn_index: torch.Tensor) -> torch.Tensor:
-    """(N, L) bool: ``turn_values[i, turn(l)]``, False where the turn index is -1."""
-    picked = turn_values.gather(1, turn_index.clamp(min=0))
-    return picked & (turn_index >= 0)
-
-
-def _turn_to_tok(turn_values: torch.Tensor, turn_index: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """(N, L): ``turn_values[i, turn(l)]`` on tokens in ``mask``, 0 elsewhere."""
-    picked = turn_values.gather(1, turn_index.clamp(min=0))
-    return torch.where(mask & (turn_index >= 0), picked, torch.zeros((), dtype=picked.dtype, device=picked.device))
 
 
 def _index_extra(value: Any, keep: torch.Tensor, name: str) -> Any:

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from drkernel.turns import row_cells
+
 __all__ = ["TurnRowPacking"]
 
 
@@ -47,32 +49,16 @@ class TurnRowPacking:
         length: int,
         max_turns: int | None = None,
     ) -> "TurnRowPacking":
-        """Maps for rows with the given trajectory ids and 1-based turn indices (-1 = padding).
+        """Maps for rows with the given trajectory ids and 1-based turn indices (-1 = padding)
+        (:func:`drkernel.turns.row_cells`).
 
         Raises:
             ValueError: a turn index of 0 or < -1 or > max_turns, lengths differ, or two rows
                 claim the same (trajectory, turn).
         """
-        ids = row_traj_ids.tolist() if hasattr(row_traj_ids, "tolist") else list(row_traj_ids)
-        turn = torch.as_tensor(row_turn_index).long().cpu()
-        if turn.dim() != 1 or turn.numel() != len(ids):
-            raise ValueError(f"row_turn_index must be (R,) with R = {len(ids)}, got {tuple(turn.shape)}")
-        if bool(((turn == 0) | (turn < -1)).any()):
-            raise ValueError("row_turn_index must be 1-based (>= 1) or -1 for padding rows")
-        num_turns = int(turn.max()) if turn.numel() else 0
-        if max_turns is not None:
-            if num_turns > max_turns:
-                raise ValueError(f"row_turn_index has turn {num_turns} but max_turns={max_turns}")
-            num_turns = int(max_turns)
-        codes: dict[Any, int] = {}
-        traj = torch.tensor([codes.setdefault(x, len(codes)) for x in ids], dtype=torch.long)
-        real = turn >= 1
-        cell = torch.where(real, traj * num_turns + (turn - 1).clamp(min=0), torch.full_like(turn, -1))
-        real_cells = cell[real]
-        if real_cells.numel() and int(torch.bincount(real_cells).max()) > 1:
-            raise ValueError("two rows share the same (trajectory, turn)")
-        return cls(cell=cell, num_traj=len(codes), num_turns=num_turns, length=int(length),
-                   traj_ids=list(codes), traj_of_row=traj)
+        c = row_cells(row_traj_ids, row_turn_index, max_turns)
+        return cls(cell=c.cell, num_traj=c.num_traj, num_turns=c.num_turns, length=int(length),
+                   traj_ids=c.traj_ids, traj_of_row=c.traj)
 
     def pack_tokens(self, values: torch.Tensor, fill: float | int | bool = 0) -> torch.Tensor:
         """(R, L) per-token values -> (N, T L); padding rows and empty cells become ``fill``."""

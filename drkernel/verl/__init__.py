@@ -9,7 +9,8 @@ the submodules that need them:
 - :mod:`drkernel.verl.estimator` — the ``trloo`` advantage estimator for verl's
   ``compute_advantage`` (per-turn returns from per-token rewards at turn ends and a per-token turn
   index), computed by :func:`drkernel.step.dr_kernel_step`.
-- :mod:`drkernel.verl.layout` — verl tensors <-> :class:`drkernel.step.StepBatch` (pure torch).
+- :mod:`drkernel.verl.layout` — old names of the token <-> turn layout functions, which live in
+  :mod:`drkernel.turns` (pure torch).
 - :mod:`drkernel.verl.agent_loop` — ``drkernel_kernel_agent``: :func:`drkernel.agent.episode.run_episode`
   driven token-in/token-out through verl's LLM server manager, grading through a ``Grader``.
 - :mod:`drkernel.verl.trainer` — ``drkernel_sync``: verl's synchronous v1 trainer with the

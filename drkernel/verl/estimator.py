@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from drkernel.verl.layout import turn_index_from_mask, turn_rewards_from_tokens, turn_values_to_tokens
+from drkernel.turns import tokens_to_turns, turn_exists, turn_index_from_mask, turns_to_tokens
 
 __all__ = ["ESTIMATOR_NAME", "trloo_token_advantages", "compute_trloo_advantage", "register"]
 
@@ -74,7 +74,6 @@ def trloo_token_advantages(
         ``(advantages, returns)``, each ``(N, L)`` float32, 0 outside ``response_mask``.
     """
     from drkernel.advantages.returns import discounted_returns
-    from drkernel.advantages.token_level import turn_mask_from_tokens
     from drkernel.step import DrKernelStepConfig, StepBatch, dr_kernel_step
 
     mask = response_mask.bool()
@@ -85,7 +84,7 @@ def trloo_token_advantages(
     # A reward on a token outside the mask belongs to no recoverable turn (e.g. verl's own rollout
     # rejection zeroed the whole row): that row then has no turn, so it joins no group.
     tok_rewards = torch.where(ti >= 0, token_level_rewards.double(), torch.zeros((), dtype=torch.float64))
-    rewards = turn_rewards_from_tokens(tok_rewards, ti, num_turns)
+    rewards = tokens_to_turns(tok_rewards, ti, num_turns)
     cfg = DrKernelStepConfig(estimator=estimator, gamma=float(gamma), mask_void_turn=False, mismatch=None,
                              prs=None, group_filter=False, target_num_groups=None, samples_per_prompt=None)
     result, _ = dr_kernel_step(
@@ -95,8 +94,8 @@ def trloo_token_advantages(
     )
     advantages = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
     advantages[result.kept_rows] = result.tok_advantages.to(torch.float32)  # dead rows stay 0
-    exists = turn_mask_from_tokens(ti, mask, num_turns)  # turn t exists iff it has a model token
-    returns = turn_values_to_tokens(discounted_returns(rewards, exists, float(gamma)), ti).to(torch.float32)
+    exists = turn_exists(ti, mask, num_turns)  # turn t exists iff it has a model token
+    returns = turns_to_tokens(discounted_returns(rewards, exists, float(gamma)), ti).to(torch.float32)
     return advantages, returns * mask
 
 

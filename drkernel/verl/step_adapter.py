@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from drkernel.turns import turn_exists, turns_to_tokens
+
 __all__ = ["STEP_FIELDS", "build_step_batch", "run_step"]
 
 STEP_FIELDS = ("response_mask", "old_log_probs", "rollout_log_probs", "tok_turn_index", "turn_rewards",
@@ -37,7 +39,7 @@ def build_step_batch(data: Mapping[str, torch.Tensor], uids: Sequence[Any]):
     mask = data["response_mask"].bool()
     ti = data["tok_turn_index"].long()
     ti = torch.where(mask, ti, torch.full_like(ti, -1))  # padding and feedback tokens: no turn
-    exists = data["turn_exists"].bool() & _exists_from_tokens(ti, mask, data["turn_rewards"].shape[1])
+    exists = data["turn_exists"].bool() & turn_exists(ti, mask, data["turn_rewards"].shape[1])
     return StepBatch(
         response_mask=mask,
         old_log_probs=data["old_log_probs"].float(),
@@ -53,12 +55,6 @@ def build_step_batch(data: Mapping[str, torch.Tensor], uids: Sequence[Any]):
     )
 
 
-def _exists_from_tokens(ti: torch.Tensor, mask: torch.Tensor, num_turns: int) -> torch.Tensor:
-    from drkernel.advantages.token_level import turn_mask_from_tokens
-
-    return turn_mask_from_tokens(ti, mask, num_turns)
-
-
 def run_step(data: Mapping[str, torch.Tensor], uids: Sequence[Any], config, state=None, *,
              generator: torch.Generator | None = None) -> tuple[dict[str, torch.Tensor], dict[str, float], Any]:
     """One Dr. Kernel step on a verl batch; returns ``(fields to write, metrics, new state)``.
@@ -69,7 +65,6 @@ def run_step(data: Mapping[str, torch.Tensor], uids: Sequence[Any], config, stat
     from drkernel.advantages.returns import discounted_returns
     from drkernel.metrics.turns import turn_metrics
     from drkernel.step import dr_kernel_step
-    from drkernel.verl.layout import turn_values_to_tokens
 
     batch = build_step_batch(data, uids)
     result, new_state = dr_kernel_step(batch, config, state, generator=generator)
@@ -82,7 +77,7 @@ def run_step(data: Mapping[str, torch.Tensor], uids: Sequence[Any], config, stat
         advantages[rows] = result.tok_advantages.to(torch.float32)
         loss_mask[rows] = result.loss_mask
     turn_mask = batch.turn_exists & ~batch.failed[:, None] if batch.failed is not None else batch.turn_exists
-    returns = turn_values_to_tokens(discounted_returns(batch.turn_rewards, turn_mask, config.gamma),
+    returns = turns_to_tokens(discounted_returns(batch.turn_rewards, turn_mask, config.gamma),
                                     batch.tok_turn_index).to(torch.float32) * batch.response_mask
     out = {"advantages": advantages, "returns": returns, "response_mask": loss_mask.to(data["response_mask"].dtype)}
     if result.is_weights is not None:
