@@ -297,22 +297,12 @@ async def run_episodes(
 
 def turn_tensors(trajectories: Sequence[Trajectory], max_turns: int | None = None) -> dict[str, Any]:
     """(N, T) tensors for a trainer: ``turn_rewards`` (float64, 0 where absent), ``turn_exists`` and
-    ``turn_mask`` (bool; the meaningful-turn flags), back-padded to ``max_turns`` (default: the longest)."""
-    import torch
+    ``turn_mask`` (bool; the meaningful-turn flags), back-padded to ``max_turns`` (default: the longest).
+    Columns of :func:`drkernel.turns.turn_table`, which has the turns' verdicts and token spans too."""
+    from drkernel.turns import turn_table
 
-    t_max = max_turns if max_turns is not None else max((len(tr.turns) for tr in trajectories), default=0)
-    n = len(trajectories)
-    turn_rewards = torch.zeros(n, t_max, dtype=torch.float64)
-    turn_exists = torch.zeros(n, t_max, dtype=torch.bool)
-    turn_mask = torch.zeros(n, t_max, dtype=torch.bool)
-    for i, tr in enumerate(trajectories):
-        if len(tr.turns) > t_max:
-            raise ValueError(f"trajectory {i} has {len(tr.turns)} turns, more than max_turns={t_max}")
-        for t, turn in enumerate(tr.turns):
-            turn_rewards[i, t] = turn.reward
-            turn_exists[i, t] = True
-            turn_mask[i, t] = turn.meaningful
-    return {"turn_rewards": turn_rewards, "turn_exists": turn_exists, "turn_mask": turn_mask}
+    table = turn_table(trajectories, max_turns)
+    return {"turn_rewards": table.reward, "turn_exists": table.exists, "turn_mask": table.meaningful}
 
 
 __all__ = ["EpisodeConfig", "Limits", "Scorer", "TaskLike", "first_messages", "run_episode", "run_episodes",

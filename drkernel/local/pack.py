@@ -17,19 +17,21 @@ packed up to the break and flagged ``failed`` so the step masks all its turns
 tokens and do not exist for the step.
 
 A trajectory is any object with ``turns`` (each with ``generation``, a
-:class:`~drkernel.agent.types.Generation` or None, and ``reward``; optionally ``result`` with
-``passed`` and ``coverage``) and ``failed``: :class:`drkernel.agent.types.Trajectory` and
-:class:`drkernel.local.toy.ToyTrajectory` both are.
+:class:`~drkernel.agent.types.Generation` or None, and ``reward``; optionally ``result``) and
+``failed``: :class:`drkernel.agent.types.Trajectory` and :class:`drkernel.local.toy.ToyTrajectory`
+both are. The per-turn columns (reward, passed, coverage, speedup, hacked) are the turn table's,
+:func:`drkernel.turns.turn_table`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from drkernel.turns import turn_table
 
 
 @dataclass
@@ -46,6 +48,7 @@ class PackedBatch:
     turn_correct: torch.Tensor  # (N, T) bool: the turn's kernel passed
     turn_coverage: torch.Tensor  # (N, T) float: Triton coverage, NaN = none
     turn_speedup: torch.Tensor  # (N, T) float: speedup, NaN = none
+    turn_hacked: torch.Tensor  # (N, T) bool: the turn's kernel was flagged as a hack
     failed: torch.Tensor  # (N,) bool: the episode failed or could not be laid out
     metrics: dict[str, float]
 
@@ -55,32 +58,20 @@ class PackedBatch:
 
 
 def pack_trajectories(trajectories: Sequence[Any], num_turns: int, pad_id: int) -> PackedBatch:
-    """Lay ``trajectories`` out as one row each (module docstring)."""
+    """Lay ``trajectories`` out as one row each (module docstring); the per-turn columns are the
+    turn table's (:func:`drkernel.turns.turn_table`)."""
+    table = turn_table(trajectories, num_turns)  # raises if a trajectory has more than num_turns turns
     rows: list[tuple[list[int], list[int], list[float]]] = []  # ids, turn index (-1), log mu
     n = len(trajectories)
-    rewards = torch.zeros(n, num_turns, dtype=torch.float64)
     exists = torch.zeros(n, num_turns, dtype=torch.bool)
-    correct = torch.zeros(n, num_turns, dtype=torch.bool)
-    coverage = torch.full((n, num_turns), math.nan, dtype=torch.float64)
-    speedup = torch.full((n, num_turns), math.nan, dtype=torch.float64)
-    failed = torch.zeros(n, dtype=torch.bool)
+    failed = table.failed.clone()
     breaks = 0
     for i, traj in enumerate(trajectories):
-        if len(traj.turns) > num_turns:
-            raise ValueError(f"trajectory {i} has {len(traj.turns)} turns, more than num_turns={num_turns}")
         ids: list[int] = []
         turn_of: list[int] = []
         logmu: list[float] = []
         broken = False
         for t, turn in enumerate(traj.turns):
-            rewards[i, t] = float(turn.reward)
-            result = getattr(turn, "result", None)
-            if result is not None:
-                correct[i, t] = bool(getattr(result, "passed", False))
-                cov = getattr(result, "coverage", None)
-                coverage[i, t] = math.nan if cov is None else float(cov)
-                spd = getattr(result, "speedup", None)
-                speedup[i, t] = math.nan if spd is None else float(spd)
             gen = turn.generation
             if broken or gen is None or not gen.token_ids:
                 continue
@@ -91,14 +82,14 @@ def pack_trajectories(trajectories: Sequence[Any], num_turns: int, pad_id: int) 
             if prompt[:len(ids)] != ids:
                 broken = True  # the context was rewritten: this turn cannot continue the row
                 continue
-            extra = prompt[len(ids):]
+            extra = prompt[len(ids):]  # the turn's tokens then sit at the table's token span
             ids += extra + list(gen.token_ids)
             turn_of += [-1] * len(extra) + [t] * len(gen.token_ids)
             logmu += [0.0] * len(extra) + [float(x) for x in gen.logprobs]
             exists[i, t] = True
         if broken:
             breaks += 1
-        failed[i] = bool(getattr(traj, "failed", False)) or broken
+            failed[i] = True
         rows.append((ids, turn_of, logmu))
 
     width = max((len(r[0]) for r in rows), default=0)
@@ -121,8 +112,9 @@ def pack_trajectories(trajectories: Sequence[Any], num_turns: int, pad_id: int) 
         "pack/policy_tokens": float(policy.sum()),
     }
     return PackedBatch(tok_ids=tok_ids, attention_mask=attn, policy_mask=policy, tok_turn_index=turn_index,
-                       rollout_log_probs=log_mu, turn_rewards=rewards, turn_exists=exists, turn_correct=correct,
-                       turn_coverage=coverage, turn_speedup=speedup, failed=failed, metrics=metrics)
+                       rollout_log_probs=log_mu, turn_rewards=table.reward, turn_exists=exists,
+                       turn_correct=table.passed, turn_coverage=table.coverage, turn_speedup=table.speedup,
+                       turn_hacked=table.hacked, failed=failed, metrics=metrics)
 
 
 def token_log_probs(model: Any, tok_ids: torch.Tensor, attention_mask: torch.Tensor, *, temperature: float = 1.0,

@@ -19,10 +19,12 @@ t is 1-based. A metric with an empty denominator is ``nan`` (``kernel_metrics``'
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
+
+from drkernel.turns import TurnRow, TurnTable, result_fields
 
 from .kernel import kernel_metrics
 
@@ -32,14 +34,9 @@ TURN_FAST_THRESHOLDS: tuple[float, ...] = (1.0, 1.2)
 """Fast@p thresholds logged per turn by default (the paper reports Fast@1 and Fast@1.2)."""
 
 
-def _get(result: Any, key: str, default: Any) -> Any:
-    if isinstance(result, Mapping):
-        return result.get(key, default)
-    return getattr(result, key, default)
-
-
 def results_to_turn_tensors(results: Sequence[Sequence[Any]]) -> dict[str, torch.Tensor]:
-    """Nested per-trajectory, per-turn evaluation results -> (N, T) tensors.
+    """Nested per-trajectory, per-turn evaluation results -> (N, T) tensors (the verdict columns
+    of the turn table, :class:`drkernel.turns.TurnTable`).
 
     Args:
         results: ``results[i][t]`` is the evaluation result (dict or object with ``correct``,
@@ -54,23 +51,11 @@ def results_to_turn_tensors(results: Sequence[Sequence[Any]]) -> dict[str, torch
     Example: ``[[{"correct": True, "speedup": 1.3}], []]`` gives correct ``[[True], [False]]``,
     exists ``[[True], [False]]``.
     """
-    n = len(results)
-    num_turns = max((len(r) for r in results), default=0)
-    correct = torch.zeros(n, num_turns, dtype=torch.bool)
-    hacked = torch.zeros(n, num_turns, dtype=torch.bool)
-    exists = torch.zeros(n, num_turns, dtype=torch.bool)
-    speedup = torch.full((n, num_turns), math.nan, dtype=torch.float64)
-    for i, traj in enumerate(results):
-        for t, res in enumerate(traj):
-            exists[i, t] = True
-            if res is None:
-                continue
-            correct[i, t] = bool(_get(res, "correct", False)) and bool(_get(res, "compiled", True))
-            hacked[i, t] = bool(_get(res, "hacked", False))
-            s = _get(res, "speedup", None)
-            if s is not None:
-                speedup[i, t] = float(s)
-    return {"correct": correct, "hacked": hacked, "speedup": speedup, "exists": exists}
+    rows = [[TurnRow(index=t, reward=0.0, meaningful=True, **result_fields(res), num_tokens=0, token_span=None)
+             for t, res in enumerate(traj)] for traj in results]
+    table = TurnTable.from_rows(rows)
+    return {"correct": table.correct & table.compiled, "hacked": table.hacked, "speedup": table.speedup,
+            "exists": table.exists}
 
 
 def turn_metrics(

@@ -23,8 +23,9 @@ agent-loop workers and awaits :meth:`KernelAgentLoop.run`. The loop runs
 The output (:class:`KernelAgentLoopOutput`) is one row per trajectory: ``response_mask`` is 1 on
 the model's tokens, ``rollout_log_probs`` are the server's log-probs (0 on feedback tokens), and
 ``rm_scores`` holds each turn's reward on that turn's last model token. Extra fields for drkernel's
-trainer: ``tok_turn_index`` (L,), and per-turn ``turn_rewards``, ``turn_exists``,
-``turn_meaningful``, ``turn_correct``, ``turn_coverage``, ``turn_speedup`` (T,), ``failed`` (1,); in
+trainer: ``tok_turn_index`` (L,), and per-turn ``turn_rewards``, ``turn_exists``, ``turn_correct``,
+``turn_hacked``, ``turn_coverage``, ``turn_speedup`` (T,; columns of the turn table,
+:func:`drkernel.turns.turn_rows`), ``failed`` (1,); in
 ``extra_fields``: ``reward_extra_info`` (the group filter's ``last_turn_reward`` and more),
 ``turn_results`` (each turn's verdict) and ``rollout_timing`` (the episode's generation and grading
 wall time, its evaluation count and sampled tokens; drkernel's trainer logs them as
@@ -36,7 +37,6 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
-import math
 import time
 import uuid
 from pathlib import Path
@@ -53,6 +53,7 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 
 from drkernel.agent.types import Generation, Message
+from drkernel.turns import TurnTable, turn_exists, turn_rows, turns_to_last_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -217,29 +218,25 @@ class KernelAgentLoopOutput(AgentLoopOutput):
     tok_turn_index: list[int] = []
     turn_rewards: list[float] = []
     turn_exists: list[bool] = []
-    turn_meaningful: list[bool] = []
     turn_correct: list[bool] = []
+    turn_hacked: list[bool] = []
     turn_coverage: list[float] = []
     turn_speedup: list[float] = []
     failed: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         out = super().as_dict()
-        for key in ("tok_turn_index", "turn_rewards", "turn_exists", "turn_meaningful", "turn_correct",
+        for key in ("tok_turn_index", "turn_rewards", "turn_exists", "turn_correct", "turn_hacked",
                     "turn_coverage", "turn_speedup", "failed"):
             out.pop(key, None)
         ti = torch.tensor(self.tok_turn_index, dtype=torch.int64)
-        rm = torch.zeros(len(self.response_ids), dtype=torch.float32)
-        for t, r in enumerate(self.turn_rewards):  # r_t on the last model token of turn t
-            where = (ti == t).nonzero()
-            if len(where):
-                rm[int(where[-1])] = float(r)
-        out["rm_scores"] = rm
+        rewards = torch.tensor(self.turn_rewards, dtype=torch.float32)
+        out["rm_scores"] = turns_to_last_tokens(rewards[None], ti[None])[0]  # r_t on turn t's last model token
         out["tok_turn_index"] = ti
-        out["turn_rewards"] = torch.tensor(self.turn_rewards, dtype=torch.float32)
+        out["turn_rewards"] = rewards
         out["turn_exists"] = torch.tensor(self.turn_exists, dtype=torch.bool)
-        out["turn_meaningful"] = torch.tensor(self.turn_meaningful, dtype=torch.bool)
         out["turn_correct"] = torch.tensor(self.turn_correct, dtype=torch.bool)
+        out["turn_hacked"] = torch.tensor(self.turn_hacked, dtype=torch.bool)
         out["turn_coverage"] = torch.tensor(self.turn_coverage, dtype=torch.float32)
         out["turn_speedup"] = torch.tensor(self.turn_speedup, dtype=torch.float32)
         out["failed"] = torch.tensor([self.failed], dtype=torch.bool)
@@ -296,13 +293,15 @@ class KernelAgentLoop(AgentLoopBase):
     def _output(self, backend: ServerTokenGenerate, trajectory, max_turns: int,
                 grader: "_TimedGrader | None" = None) -> KernelAgentLoopOutput:
         turns = trajectory.turns[:max_turns]
-        pad = max_turns - len(turns)
         res = [t.result for t in turns]
-        turn_rewards = [float(t.reward) for t in turns] + [0.0] * pad
-        exists = [(backend.tok_turn.count(i) > 0) for i in range(len(turns))] + [False] * pad
+        table = TurnTable.from_rows([turn_rows(trajectory)[:max_turns]], max_turns, failed=[trajectory.failed])
+        ti = torch.tensor([backend.tok_turn], dtype=torch.long).reshape(1, -1)
+        in_stream = turn_exists(torch.where(ti < max_turns, ti, -1), num_turns=max_turns)  # has model tokens
+        exists = (table.exists & in_stream)[0].tolist()
+        turn_rewards = table.reward[0].tolist()
         extra = dict(backend.extra_fields)
         last = max((i for i, e in enumerate(exists) if e), default=None)
-        meaningful = [bool(t.meaningful) for t in turns] + [False] * pad
+        meaningful = table.meaningful[0].tolist()
         last_reward = turn_rewards[last] if last is not None and meaningful[last] else 0.0
         extra["reward_extra_info"] = {
             "reward": float(sum(turn_rewards)),
@@ -330,12 +329,10 @@ class KernelAgentLoop(AgentLoopBase):
             tok_turn_index=backend.tok_turn,
             turn_rewards=turn_rewards,
             turn_exists=exists,
-            turn_meaningful=meaningful,
-            turn_correct=[bool(r is not None and r.passed) for r in res] + [False] * pad,
-            turn_coverage=[math.nan if r is None or r.coverage is None else float(r.coverage) for r in res]
-            + [math.nan] * pad,
-            turn_speedup=[math.nan if r is None or r.speedup is None else float(r.speedup) for r in res]
-            + [math.nan] * pad,
+            turn_correct=table.passed[0].tolist(),
+            turn_hacked=table.hacked[0].tolist(),
+            turn_coverage=table.coverage[0].tolist(),
+            turn_speedup=table.speedup[0].tolist(),
             failed=trajectory.failed,
         )
 

@@ -140,7 +140,7 @@ def test_per_turn_rewards_verdicts_and_rm_scores(episodes) -> None:
     assert b.turn_rewards[1] >= 0.5 + 0.5 * 0.4  # correct, and coverage of a pure Triton ReLU is high
     assert b.turn_coverage[1] == pytest.approx(result["coverage"])
     assert a.extra_fields["turn_results"][0] is None  # nothing graded without code
-    assert a.turn_meaningful == [True, True] and b.turn_meaningful == [True, True]
+    assert a.turn_hacked == [False, False] and b.turn_hacked == [False, False]
     assert a.turn_exists == [True, True] and not a.failed
     assert b.extra_fields["reward_extra_info"]["last_turn_reward"] == pytest.approx(b.turn_rewards[1])
     # verl's TransferQueue record: turn rewards on each turn's last model token
@@ -164,7 +164,7 @@ def _padded(outs):
 
     data = {k: pad(k) for k in ("response_mask", "rollout_log_probs", "tok_turn_index", "rm_scores")}
     data["old_log_probs"] = data["rollout_log_probs"].clone()  # trainer == rollout: no mismatch
-    for k in ("turn_rewards", "turn_exists", "turn_correct", "turn_coverage", "turn_speedup", "failed"):
+    for k in ("turn_rewards", "turn_exists", "turn_correct", "turn_hacked", "turn_coverage", "turn_speedup", "failed"):
         data[k] = torch.stack([r[k] for r in rows])
     return data
 
@@ -268,5 +268,5 @@ def test_response_budget_ends_the_dialogue_instead_of_truncating(tiny_tokenizer)
     out = asyncio.run(main())
     assert len(server.calls) == 1 and server.calls[0]["max_tokens"] == reply_tokens + 5
     assert out.turn_exists == [True, False, False] and not out.failed
-    assert out.turn_meaningful[0] is True
+    assert out.turn_rewards[1:] == [0.0, 0.0] and out.turn_correct == [False, False, False]
     assert len(out.response_ids) <= budget and sum(out.response_mask) == reply_tokens
