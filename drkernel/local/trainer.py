@@ -1,6 +1,7 @@
 """The one-process Dr. Kernel trainer: one GPU, or CPU with a tiny locally built model.
 
-One step, top to bottom (:meth:`Trainer.train_step`)::
+One step, top to bottom (:meth:`Trainer.train_step`: ``drkernel.step.run_training_step`` with the
+trainer as its ``TrainerBackend``)::
 
     items   = env.sample(prompts_per_step)                       each repeated group_size times
     trajs   = episodes of every (item, sample), concurrently     generation (HFGenerate) + grading
@@ -283,8 +284,21 @@ class _Timed:
         return out
 
 
+@dataclass
+class LocalRollout:
+    """One local rollout batch: the episodes, their prompt ids and their packed token rows."""
+
+    trajectories: list[Any]
+    group_ids: list[str]
+    packed: PackedBatch
+
+
 class Trainer:
     """Builds the model, tokenizer, environment, optimizer and loggers from a :class:`TrainConfig`.
+
+    It is a :class:`drkernel.step.TrainerBackend` (``rollout``, ``old_log_probs``, ``step_batch``,
+    ``update``, ``save_checkpoint``); :meth:`train_step` is :func:`drkernel.step.run_training_step`
+    on itself.
 
     ``model``/``tokenizer``/``env``/``generate`` may be given to replace what the config builds
     (tests and examples do): ``generate`` is a factory ``(model, tokenizer) -> Generate``.
@@ -488,51 +502,30 @@ class Trainer:
         return history
 
     def train_step(self) -> dict[str, float]:
-        """One rollout batch and (unless the filter skips it) one round of updates."""
-        from drkernel.step import StepBatch, dr_kernel_step
+        """One rollout batch and (unless the filter skips it) one round of updates:
+        :func:`drkernel.step.run_training_step` with this trainer as the backend."""
+        from drkernel.step import run_training_step
 
-        cfg = self.config
         t_start = time.perf_counter()
         self.step += 1
-        metrics: dict[str, float] = {}
-
-        # 1. generation + grading
-        trajectories, group_ids = self._rollout()
-        t_rollout = time.perf_counter()
-
-        # 2. one row per trajectory, and the trainer's log pi_old
-        packed = pack_trajectories(trajectories, cfg.num_turns, self.tokenizer.pad_token_id or 0)
-        metrics.update(packed.metrics)
-        old_log_probs = self._log_probs_no_grad(packed)
-        t_logprob = time.perf_counter()
-
-        # 3. the Dr. Kernel step: masks, MRS, PRS, reward zeroing, filter, advantages
-        batch = StepBatch(
-            response_mask=packed.policy_mask, old_log_probs=old_log_probs, tok_turn_index=packed.tok_turn_index,
-            turn_rewards=packed.turn_rewards, group_ids=group_ids, rollout_log_probs=packed.rollout_log_probs,
-            turn_exists=packed.turn_exists, failed=packed.failed, turn_correct=packed.turn_correct,
-            turn_coverage=packed.turn_coverage, turn_speedup=packed.turn_speedup,
-            extras={"tok_ids": packed.tok_ids, "attention_mask": packed.attention_mask})
-        result, self.state = dr_kernel_step(batch, self.step_config, self.state, generator=self.torch_gen)
-        metrics.update(result.metrics)
-        t_stepfn = time.perf_counter()
-
-        # 4. PPO update
-        if not result.skipped and bool(result.loss_mask.any()):
-            metrics.update(self._update(result))
-        t_update = time.perf_counter()
-
-        metrics.update(self._rollout_metrics(trajectories, packed))
+        outcome = run_training_step(self, self.step_config, self.state, generator=self.torch_gen)
+        self.state = outcome.state
+        rollout: LocalRollout = outcome.rollout
+        trajectories = rollout.trajectories
+        metrics: dict[str, float] = dict(rollout.packed.metrics)
+        metrics.update(outcome.metrics)  # step, per-turn (drkernel.metrics.turns) and actor metrics
+        metrics.update(self._rollout_metrics(trajectories))
+        t_end = time.perf_counter()
         grade_s = sum(float(getattr(turn, "seconds", {}).get("grade", 0.0)) for tr in trajectories for turn in tr.turns)
         graded = sum(1 for tr in trajectories for turn in tr.turns if getattr(turn, "result", None) is not None)
-        rollout_s = t_rollout - t_start
+        rollout_s = outcome.seconds["rollout"]
         metrics.update({
-            "perf/step_time_s": t_update - t_start,
+            "perf/step_time_s": t_end - t_start,
             "perf/time_rollout_s": rollout_s,
             "perf/time_grade_s": grade_s,
-            "perf/time_logprob_s": t_logprob - t_rollout,
-            "perf/time_step_fn_s": t_stepfn - t_logprob,
-            "perf/time_update_s": t_update - t_stepfn,
+            "perf/time_logprob_s": outcome.seconds["logprob"],
+            "perf/time_step_fn_s": outcome.seconds["step_fn"],
+            "perf/time_update_s": outcome.seconds["update"],
             "perf/evaluations": float(graded),
             "perf/evaluations_per_s": graded / rollout_s if rollout_s > 0 else 0.0,
             "step": float(self.step),
@@ -540,6 +533,39 @@ class Trainer:
         metrics.update(self.generate.metrics())
         self.generate.reset()
         return metrics
+
+    # ------------------------------------------------------------------ the backend (drkernel.step.TrainerBackend)
+
+    def rollout(self) -> "LocalRollout":
+        """Play ``prompts_per_step x group_size`` episodes and pack them, one token row each."""
+        trajectories, group_ids = self._rollout()
+        packed = pack_trajectories(trajectories, self.config.num_turns, self.tokenizer.pad_token_id or 0)
+        return LocalRollout(trajectories=trajectories, group_ids=group_ids, packed=packed)
+
+    def old_log_probs(self, rollout: "LocalRollout") -> torch.Tensor:
+        """``log pi_old`` of every packed token with the current weights (no grad)."""
+        return self._log_probs_no_grad(rollout.packed)
+
+    def step_batch(self, rollout: "LocalRollout", old_log_probs: torch.Tensor) -> Any:
+        """The step's batch: the packed rows and their turn table columns. Without verdicts (the toy
+        task grades nothing) ``turn_correct`` is None: no PRS, per-turn metrics of rewards only."""
+        from drkernel.step import StepBatch
+
+        packed = rollout.packed
+        verdicts = self.config.env == "suite"
+        return StepBatch(
+            response_mask=packed.policy_mask, old_log_probs=old_log_probs, tok_turn_index=packed.tok_turn_index,
+            turn_rewards=packed.turn_rewards, group_ids=rollout.group_ids, rollout_log_probs=packed.rollout_log_probs,
+            turn_exists=packed.turn_exists, failed=packed.failed,
+            turn_correct=packed.turn_correct if verdicts else None, turn_coverage=packed.turn_coverage,
+            turn_speedup=packed.turn_speedup, turn_hacked=packed.turn_hacked if verdicts else None,
+            extras={"tok_ids": packed.tok_ids, "attention_mask": packed.attention_mask})
+
+    def update(self, rollout: "LocalRollout", result: Any) -> dict[str, float]:
+        """The PPO update on the step's kept rows; nothing when the step was skipped."""
+        if result.skipped or not bool(result.loss_mask.any()):
+            return {}
+        return self._update(result)
 
     def _rollout(self) -> tuple[list[Any], list[str]]:
         cfg = self.config
@@ -638,8 +664,9 @@ class Trainer:
         out["actor/num_tokens"] = float(result.loss_mask.sum())
         return out
 
-    def _rollout_metrics(self, trajectories: list[Any], packed: PackedBatch) -> dict[str, float]:
-        """Per-turn kernel metrics (``turn{t}/fast@1.2``, correctness) and rollout health."""
+    def _rollout_metrics(self, trajectories: list[Any]) -> dict[str, float]:
+        """Rollout health (local only); the per-turn metrics come from ``drkernel.metrics.turns``
+        through :func:`drkernel.step.run_training_step`, with the verl trainer's names."""
         out: dict[str, float] = {}
         n = len(trajectories)
         out["rollout/failed_frac"] = sum(1 for t in trajectories if getattr(t, "failed", False)) / n if n else 0.0
@@ -652,20 +679,6 @@ class Trainer:
             out["rollout/no_code_frac"] = sum(1 for st in statuses if st == "no_code") / len(statuses)
             out["rollout/context_overflow_frac"] = (sum(1 for st in statuses if st == "context_overflow")
                                                     / len(statuses))
-        exists = packed.turn_exists
-        for t in range(exists.shape[1]):
-            col = exists[:, t]
-            if not bool(col.any()):
-                continue
-            if self.config.env == "suite":
-                passed = packed.turn_correct[col, t]
-                spd = packed.turn_speedup[col, t]
-                fast = passed & (torch.nan_to_num(spd, nan=0.0) >= 1.2)
-                out[f"turn{t + 1}/correct"] = float(passed.double().mean())
-                out[f"turn{t + 1}/fast@1.0"] = float((passed & (torch.nan_to_num(spd, nan=0.0) >= 1.0))
-                                                     .double().mean())
-                out[f"turn{t + 1}/fast@1.2"] = float(fast.double().mean())
-            out[f"turn{t + 1}/reward_mean"] = float(packed.turn_rewards[col, t].mean())
         return out
 
     # ------------------------------------------------------------------ logging, checkpoints
@@ -725,4 +738,4 @@ def _plain(value: Any) -> Any:
     return value
 
 
-__all__ = ["Env", "KernelEnv", "TrainConfig", "Trainer"]
+__all__ = ["Env", "KernelEnv", "LocalRollout", "TrainConfig", "Trainer"]

@@ -2,6 +2,8 @@
 
 ``dr_kernel_step(batch, config, state, generator=g) -> (result, new_state)`` applies reference
 §0 steps 4-10 in one place for both trainers (local and verl). Needs torch and numpy only.
+``TrainerBackend`` (``drkernel.step.backend``) is what each trainer supplies around it, and
+``run_training_step(backend, config, state)`` the one training step built on it.
 """
 
 from .dr_kernel import (
@@ -12,6 +14,7 @@ from .dr_kernel import (
     StepState,
     dr_kernel_step,
 )
+from .backend import StepOutcome, TrainerBackend, batch_turn_metrics, run_training_step
 from .layout import TurnRowPacking
 
 __all__ = [
@@ -19,7 +22,11 @@ __all__ = [
     "ProcessedRows",
     "StepBatch",
     "StepResult",
+    "StepOutcome",
     "StepState",
+    "TrainerBackend",
     "TurnRowPacking",
+    "batch_turn_metrics",
     "dr_kernel_step",
+    "run_training_step",
 ]

@@ -144,6 +144,9 @@ class StepBatch:
     objects...): tensors with N rows or length-N lists. It is buffered, concatenated and indexed
     with the rows and comes back in :attr:`StepResult.extras` for the kept rows. Tensors whose
     dim 1 differs between buffer and batch are right-padded with zeros."""
+    turn_hacked: torch.Tensor | None = None
+    """(N, T) bool: the turn's kernel was flagged as a hack. Metrics only
+    (:func:`drkernel.step.backend.batch_turn_metrics`); the step does not read it."""
 
 
 @dataclass
