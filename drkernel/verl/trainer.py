@@ -8,7 +8,8 @@ are verl's):
   estimator. MRS with the per-turn token veto (absent from verl 0.9.1), PRS (needs each turn's
   correctness and coverage) and the meaningful-turn mask need the turn structure the agent loop
   stores (``tok_turn_index``, ``turn_*``), so this version fetches those fields as well, runs
-  :func:`drkernel.step.dr_kernel_step` through :func:`drkernel.verl.step_adapter.run_step`, and
+  :func:`drkernel.step.dr_kernel_step` through :func:`drkernel.verl.step_adapter.run_step` (the batch as
+  a :class:`~drkernel.verl.step_adapter.VerlBatchBackend`, drkernel's ``TrainerBackend`` contract), and
   writes back ``advantages``, ``returns``, the final ``response_mask`` (and ``loss_mask``, equal) and, when
   truncated IS is on, ``rollout_is_weights``. Metrics: ``drkernel/*`` (step) and
   ``drkernel/kernel/turn{t}/*`` (per-turn correctness and Fast@p, per sample).
