@@ -88,7 +88,7 @@ class MRSSettings(MismatchConfig):
 
     def config(self) -> MismatchConfig | None:
         """The step's ``mismatch`` setting: None when off or when every part of it is off."""
-        if not self.enable or not (self.rs or self.token_veto is not None or self.is_level):
+        if not self.enable or not (self.rs or self.token_veto or self.is_level):
             return None
         return MismatchConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(MismatchConfig)})
 
@@ -136,6 +136,13 @@ class StepSettings:
     """Profiling-based rejection sampling."""
     group_filter: GroupFilterSettings = field(default_factory=GroupFilterSettings)
     """Zero-variance group filter."""
+
+    def __post_init__(self) -> None:
+        from drkernel.advantages import get_advantage
+
+        get_advantage(self.estimator)  # unknown: raises with the known names
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
 
     def step_config(self, *, samples_per_prompt: int | None, target_num_groups: int | None,
                     prs_active: bool = True) -> DrKernelStepConfig:
