@@ -57,11 +57,11 @@ def run(args: Args) -> dict:
     curves: dict[str, list[float]] = {}
     for name in [e.strip() for e in args.estimators.split(",") if e.strip()]:
         t0 = time.perf_counter()
-        config = TrainConfig(out=str(out / name), env="toy", max_steps=args.steps, estimator=name, lr=args.lr,
-                             prompts_per_step=args.prompts, group_size=args.group_size, num_turns=3,
-                             max_new_tokens=3, micro_batch_size=64, seed=args.seed, threads=args.threads,
-                             tiny_hidden=64, tiny_layers=2, progress=args.progress,
-                             continuous_batching=False)  # static batches: a seeded run repeats bit for bit
+        config = TrainConfig.from_flat(out=str(out / name), env="toy", max_steps=args.steps, estimator=name, lr=args.lr,
+                                       prompts_per_step=args.prompts, group_size=args.group_size, num_turns=3,
+                                       max_new_tokens=3, micro_batch_size=64, seed=args.seed, threads=args.threads,
+                                       tiny_hidden=64, tiny_layers=2, progress=args.progress,
+                                       continuous_batching=False)  # static batches: a seeded run repeats bit for bit
         history = Trainer(config, env=GuessEnv(offset=3, num_hints=5, num_turns=3)).train()
         rewards = [m["reward/mean"] for m in history]
         k = max(1, len(rewards) // 10)

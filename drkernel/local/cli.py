@@ -3,38 +3,19 @@
     drkernel train --local --suite envs/single_ops --max-steps 2 --device cpu --out runs/cpu
     drkernel train --local --env toy --max-steps 100 --lr 1e-2 --out runs/toy
 
-Every :class:`~drkernel.local.trainer.TrainConfig` field is a ``--kebab-case`` flag whose help is
-the field's docstring. Cluster training is ``python -m drkernel.train`` (verl).
+Every leaf of :class:`~drkernel.local.trainer.TrainConfig` is a flat ``--kebab-case`` flag whose help
+is the field's docstring (:func:`drkernel.config.flags.flat_fields`: ``--clip-low``, ``--mrs-rs-lower``,
+``--reward-coverage-weight``, ...). Cluster training is ``python -m drkernel.train`` (verl).
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
-import dataclasses
-import inspect
 import sys
 from typing import Any
 
-# flag -> one-line help, read from the field docstrings of TrainConfig (kept in the source)
+# flag -> metavar in --help (the help text is the field's docstring: drkernel.config.flags)
 _SHORT = {"max_steps": "N", "device": "cpu|cuda", "out": "DIR", "suite": "DIR", "model": "PATH"}
-
-
-def _field_docs() -> dict[str, str]:
-    from drkernel.local import trainer
-
-    try:
-        source = inspect.getsource(trainer.TrainConfig)
-    except (OSError, TypeError):  # no source shipped: flags without help text
-        return {}
-    tree = ast.parse(source)
-    docs: dict[str, str] = {}
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    for node, nxt in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr) \
-                and isinstance(getattr(nxt, "value", None), ast.Constant) and isinstance(nxt.value.value, str):
-            docs[node.target.id] = " ".join(nxt.value.value.split())
-    return docs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,11 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--local", action="store_true",
                         help="train in this process (one GPU or CPU); required for now: cluster training "
                              "is `python -m drkernel.train`")
-    docs = _field_docs()
-    for f in dataclasses.fields(TrainConfig):
+    from drkernel.config.flags import flat_fields
+
+    for f in flat_fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
         default = f.default
-        help_text = docs.get(f.name, "") + (f" (default: {default})" if default is not None else "")
+        help_text = f.help + (f" (default: {default})" if default is not None else "")
         if f.type in ("bool", bool):
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default,
                                 help=help_text)
@@ -93,11 +75,13 @@ def main(args: argparse.Namespace) -> int:
         print("drkernel train: only --local is implemented here; cluster training (verl, vLLM, Ray) is "
               "`python -m drkernel.train`", file=sys.stderr)
         return 2
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)}
+    from drkernel.config.flags import flat_fields
+
+    values = {f.name: getattr(args, f.name) for f in flat_fields(TrainConfig) if hasattr(args, f.name)}
     if values.get("env") is None:
         values["env"] = "suite" if values.get("suite") else "toy"
     try:
-        config = TrainConfig(**values)
+        config = TrainConfig.from_flat(values)
     except ValueError as exc:
         print(f"drkernel train: {exc}", file=sys.stderr)
         return 2

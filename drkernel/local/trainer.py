@@ -30,16 +30,29 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import torch
 
+from drkernel.config.settings import AgentSettings, GraderSettings, StepSettings
 from drkernel.local.pack import PackedBatch, pack_trajectories, token_log_probs
+from drkernel.losses import PolicyLossConfig
+from drkernel.rewards import RewardConfig
 
 
 @dataclass
 class TrainConfig:
-    """Settings of a local run (each field is a ``drkernel train --local`` flag)."""
+    """Settings of a local run. Its groups are the shared settings (drkernel.config.settings: one
+    source of defaults for this trainer and verl's ``drkernel:`` node): ``step`` (estimator, MRS,
+    PRS, group filter), ``loss`` (drkernel.losses.PolicyLossConfig), ``reward``
+    (drkernel.rewards.RewardConfig), ``grader`` and ``agent``; the rest is this trainer's own.
+
+    Every leaf is a flat ``drkernel train --local`` flag (drkernel.config.flags): top-level fields
+    and the ``step``/``loss``/``agent`` fields by their own name (``--clip-low``, ``--mrs-rs-lower``,
+    ``--prs-threshold``), the others prefixed with their group (``--reward-coverage-weight``,
+    ``--grader-capacity``), older names kept by :attr:`flag_aliases`. :meth:`from_flat` builds one
+    from those flat names (``TrainConfig.from_flat(env="toy", lr=1e-2, clip_high=0.3, mrs=False)``).
+    """
 
     out: str = "runs/local"
     """Output directory: config.json/.yaml, metrics.jsonl, tensorboard/, checkpoints/."""
@@ -75,10 +88,6 @@ class TrainConfig:
     """Prompts (groups) per step."""
     group_size: int = 4
     """Samples (trajectories) per prompt: n."""
-    num_turns: int = 3
-    """Turns per episode."""
-    max_new_tokens: int = 256
-    """Tokens per reply."""
     temperature: float = 1.0
     """Sampling temperature (the trainer's log-probs use the same)."""
     max_context_tokens: int | None = None
@@ -89,21 +98,6 @@ class TrainConfig:
     continuous_batching: bool = True
     """Rows join and leave the running batch (a finished reply is graded while the others decode);
     off = static batches, bit-reproducible seeded runs (HFGenerate's ``continuous``)."""
-    grader_capacity: int | None = None
-    """Concurrent gradings; None = the grader's default."""
-    grade_profile: bool | None = None
-    """Attribute the graded calls' work (coverage: PR/PRS input and the grader's coverage verdict);
-    None = on (on the CPU interpreter coverage is the cheap torch-work estimate, drkernel.env.profiling)."""
-    estimator: str = "trloo"
-    """Advantage estimator by registry name (trloo, grpo, rloo, ...)."""
-    gamma: float = 1.0
-    """Discount across turns."""
-    mrs: bool = True
-    """Mismatch rejection (geometric [0.999, 1.001] + token veto 1e-4)."""
-    prs: bool = True
-    """Profiling-based rejection sampling; active only for a suite graded with profiling (coverage)."""
-    group_filter: bool = True
-    """Drop zero-variance groups."""
     target_groups: int | None = None
     """Groups per update: fewer valid ones skip the step and buffer them (the recipe uses
     prompts_per_step); None = train on every valid group, never skip."""
@@ -119,33 +113,41 @@ class TrainConfig:
     """Optimizer steps per pass (1 = the recipe: one optimizer step per rollout batch)."""
     micro_batch_size: int = 8
     """Rows per forward/backward (gradient accumulation; does not change the gradient)."""
-    clip_low: float = 0.2
-    """PPO eps_low."""
-    clip_high: float = 0.28
-    """PPO eps_high."""
-    clip_c: float | None = 3.0
-    """Dual-clip constant."""
-    agg_mode: str = "seq-mean-token-sum"
-    """Loss aggregation (drkernel.losses.AGG_MODES)."""
-    loss_scale_factor: float = 1000.0
-    """The aggregated loss is divided by this (the recipe's 1000)."""
-    entropy_coef: float = 0.0
-    """Entropy bonus."""
     lora: bool = False
     """Train LoRA adapters (peft) instead of all weights."""
     lora_r: int = 8
     """LoRA rank."""
     lora_alpha: int = 16
     """LoRA alpha."""
-    solution_mix: int = 0
-    """Smoke/timing runs with an untrained model: every k-th episode answers with the suite's
-    bundled solution (drkernel.local.demo.SolutionMix), so grading really runs; 0 = off."""
     save_every: int = 0
     """Checkpoint every k steps (0 = only at the end)."""
     tensorboard: bool = True
     """Write TensorBoard event files (needs tensorboard)."""
     progress: bool = True
     """Show a tqdm progress bar."""
+    step: StepSettings = field(default_factory=StepSettings)
+    """The Dr. Kernel step: estimator, gamma, void-turn mask, MRS, PRS, group filter."""
+    loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
+    """The policy loss (dual-clip PPO, aggregation, scale)."""
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    """The turn reward of kernel suites (the toy task scores itself)."""
+    grader: GraderSettings = field(default_factory=GraderSettings)
+    """Grading of kernel suites (on ``device``)."""
+    agent: AgentSettings = field(default_factory=lambda: AgentSettings(max_tokens_per_turn=256))
+    """The episode (turns, tokens per reply, feedback); replies are capped at 256 tokens here."""
+
+    flag_bare_groups: ClassVar[tuple[str, ...]] = ("step", "loss", "agent")
+    """Groups whose leaves are flags by their own name (drkernel.config.flags)."""
+    flag_aliases: ClassVar[dict[str, str]] = {
+        "step.mrs.enable": "mrs",
+        "step.prs.enable": "prs",
+        "step.group_filter.enable": "group_filter",
+        "agent.max_turns": "num_turns",
+        "agent.max_tokens_per_turn": "max_new_tokens",
+        "grader.profile": "grade_profile",
+        "reward.name": "reward",
+    }
+    """Flat names of leaves that keep the flags' older names (``--mrs``, ``--num-turns``, ...)."""
 
     def __post_init__(self) -> None:
         if self.env not in ("suite", "toy"):
@@ -154,13 +156,66 @@ class TrainConfig:
             raise ValueError("env=suite needs a suite directory (--suite envs/single_ops)")
         if self.precision not in ("auto", "fp32", "bf16-mixed", "bf16"):
             raise ValueError(f"precision must be auto, fp32, bf16-mixed or bf16, got {self.precision!r}")
-        for name in ("max_steps", "prompts_per_step", "group_size", "num_turns", "max_new_tokens", "ppo_epochs",
-                     "mini_batches", "micro_batch_size", "concurrency"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        from drkernel.advantages import get_advantage
+        for name in ("max_steps", "prompts_per_step", "group_size", "agent.max_turns", "agent.max_tokens_per_turn",
+                     "ppo_epochs", "mini_batches", "micro_batch_size", "concurrency"):
+            value: Any = self
+            for part in name.split("."):
+                value = getattr(value, part)
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
 
-        get_advantage(self.estimator)  # unknown: raises with the known names
+    # ------------------------------------------------------------------ flat names, files
+
+    @classmethod
+    def from_flat(cls, values: dict[str, Any] | None = None, **kwargs: Any) -> "TrainConfig":
+        """A config from flat names (the ``drkernel train --local`` flags without ``--``, e.g.
+        ``num_turns``, ``clip_high``, ``mrs``, ``prs_threshold``) and/or whole groups."""
+        from drkernel.config.flags import from_flat
+
+        return from_flat(cls, values, **kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (config.json / config.yaml without their ``resolved`` part)."""
+        from drkernel.config.settings import to_plain
+
+        return to_plain(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
+        """Inverse of :meth:`to_dict`; a saved file's ``resolved`` part is ignored."""
+        from drkernel.config.settings import from_plain
+
+        return from_plain(cls, {k: v for k, v in data.items() if k != "resolved"})
+
+    @classmethod
+    def load(cls, path: str | Path) -> "TrainConfig":
+        """The config a run saved (``config.json``/``config.yaml``, or its run directory)."""
+        p = Path(path)
+        if p.is_dir():
+            p = p / "config.json"
+        text = p.read_text(encoding="utf-8")
+        if p.suffix in (".yaml", ".yml"):
+            import yaml
+
+            return cls.from_dict(yaml.safe_load(text))
+        return cls.from_dict(json.loads(text))
+
+    # ------------------------------------------------------------------ what the settings resolve to
+
+    def profiling(self) -> bool:
+        """Grading attributes the work (coverage): ``grader.profile``, None = on."""
+        return True if self.grader.profile is None else bool(self.grader.profile)
+
+    def prs_active(self) -> bool:
+        """PRS needs coverage: a kernel suite graded with profiling. Without it every correct turn
+        would count as coverage 0 and be rejected, so PRS is off (and says so in config.json)."""
+        return self.step.prs.enable and self.env == "suite" and self.profiling()
+
+    def step_config(self) -> Any:
+        """The :class:`drkernel.step.DrKernelStepConfig` of this run (``StepSettings.step_config``,
+        as verl's ``drkernel.verl.config.step_config``)."""
+        return self.step.step_config(samples_per_prompt=self.group_size, target_num_groups=self.target_groups,
+                                     prs_active=self.prs_active())
 
 
 class Env(Protocol):
@@ -183,7 +238,9 @@ class KernelEnv:
 
     def __init__(self, suite_dir: str, *, device: str, num_turns: int, tasks: str | None = None,
                  capacity: int | None = None, profile: bool | None = None, max_context_tokens: int | None = None,
-                 reserve_tokens: int = 0, count_tokens: Any = None, generation_concurrency: int = 64):
+                 reserve_tokens: int = 0, count_tokens: Any = None, generation_concurrency: int = 64,
+                 reward: Any = None, no_code_reward: float = 0.0, max_feedback_chars: int | None = None,
+                 grade_options: dict[str, Any] | None = None):
         from drkernel.env import LocalGrader, load_suite
 
         self.suite = load_suite(suite_dir)
@@ -192,7 +249,11 @@ class KernelEnv:
             raise ValueError(f"no task of suite {self.suite.id} matches {tasks!r}")
         profile = True if profile is None else profile
         grade_device = "cuda" if device.startswith("cuda") else "cpu"
-        self.grader = LocalGrader(self.suite.eval_config(grade_device, profile=profile), capacity=capacity)
+        options = {"profile": profile, **(grade_options or {})}
+        self.grader = LocalGrader(self.suite.eval_config(grade_device, **options), capacity=capacity)
+        self.reward = reward
+        self.no_code_reward = no_code_reward
+        self.max_feedback_chars = max_feedback_chars
         self.num_turns = num_turns
         self.max_context_tokens = max_context_tokens
         self.reserve_tokens = reserve_tokens
@@ -211,7 +272,10 @@ class KernelEnv:
             self._limits = Limits(self.generation_concurrency, self.grader.capacity)
         config = EpisodeConfig(max_turns=self.num_turns, prompt_template=self.suite.prompt_template,
                                sampling=dict(sampling), seed=seed, max_context_tokens=self.max_context_tokens,
-                               reserve_tokens=self.reserve_tokens)
+                               reserve_tokens=self.reserve_tokens, reward=self.reward,
+                               no_code_reward=self.no_code_reward,
+                               **({} if self.max_feedback_chars is None else
+                                  {"max_feedback_chars": self.max_feedback_chars}))
         return await run_episode(item, generate, self.grader, config, limits=self._limits,
                                  count_tokens=self.count_tokens or approx_tokens)
 
@@ -323,12 +387,12 @@ class Trainer:
             self.model, self.tokenizer, device=cfg.device, seed=cfg.seed, step_guard=self._gpu_guard(),
             max_batch=cfg.concurrency, threads=self._generation_threads(model), continuous=cfg.continuous_batching,
             autocast_dtype=torch.bfloat16 if self._precision() == "bf16-mixed" and self.device.type == "cuda" else None)
-        if cfg.solution_mix:
+        if cfg.agent.solution_mix:
             if cfg.env != "suite":
                 raise ValueError("solution_mix needs env=suite (bundled solutions)")
             from drkernel.local.demo import SolutionMix
 
-            backend = SolutionMix(backend, cfg.suite, every=cfg.solution_mix)
+            backend = SolutionMix(backend, cfg.suite, every=cfg.agent.solution_mix)
         self.generate = _Timed(backend)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -416,41 +480,29 @@ class Trainer:
         if cfg.env == "toy":
             from drkernel.local.toy import GuessEnv
 
-            return GuessEnv(num_turns=cfg.num_turns)
+            return GuessEnv(num_turns=cfg.agent.max_turns)
         from drkernel.agent.context import tokenizer_counter
 
         limit = getattr(self.model.config, "max_position_embeddings", None)
         budget = cfg.max_context_tokens or limit
-        return KernelEnv(cfg.suite, device=cfg.device, num_turns=cfg.num_turns, tasks=cfg.tasks,
-                         capacity=cfg.grader_capacity, profile=cfg.grade_profile, max_context_tokens=budget,
-                         reserve_tokens=cfg.max_new_tokens, count_tokens=tokenizer_counter(self.tokenizer),
+        return KernelEnv(cfg.suite, device=cfg.device, num_turns=cfg.agent.max_turns, tasks=cfg.tasks,
+                         capacity=cfg.grader.capacity, profile=cfg.grader.profile, max_context_tokens=budget,
+                         reserve_tokens=cfg.agent.max_tokens_per_turn, count_tokens=tokenizer_counter(self.tokenizer),
+                         reward=cfg.reward, no_code_reward=cfg.agent.no_code_reward,
+                         max_feedback_chars=cfg.agent.max_feedback_chars, grade_options=dict(cfg.grader.options),
                          generation_concurrency=cfg.concurrency)
 
     def _step_config(self) -> Any:
-        from drkernel.correction.mismatch import MismatchConfig
-        from drkernel.rewards.prs import PRSConfig
-        from drkernel.step import DrKernelStepConfig
-
-        cfg = self.config
-        return DrKernelStepConfig(
-            estimator=cfg.estimator, gamma=cfg.gamma,
-            mismatch=MismatchConfig() if cfg.mrs else None,
-            prs=PRSConfig() if self._prs_active() else None,
-            group_filter=cfg.group_filter, target_num_groups=cfg.target_groups,
-            samples_per_prompt=cfg.group_size, min_group_size=1)
+        return self.config.step_config()
 
     def _profiling(self) -> bool:
-        cfg = self.config
-        return True if cfg.grade_profile is None else bool(cfg.grade_profile)
+        return self.config.profiling()
 
     def _prs_active(self) -> bool:
-        """PRS needs coverage: a kernel suite graded with profiling. Without it every correct turn
-        would count as coverage 0 and be rejected, so PRS is off (and says so in config.json)."""
-        cfg = self.config
-        return cfg.prs and cfg.env == "suite" and self._profiling()
+        return self.config.prs_active()
 
     def _save_config(self) -> None:
-        resolved = dataclasses.asdict(self.config)
+        resolved = self.config.to_dict()
         resolved["resolved"] = {
             "step": _plain(dataclasses.asdict(self.step_config)),
             "model_class": type(self.model).__name__,
@@ -461,7 +513,7 @@ class Trainer:
             "grade_profile": self._profiling() if self.config.env == "suite" else None,
             "prs_active": self._prs_active(),
         }
-        if self.config.prs and not self._prs_active():
+        if self.config.step.prs.enable and not self._prs_active():
             resolved["resolved"]["prs_off_reason"] = ("no coverage: the toy task has none" if self.config.env == "toy"
                                                       else "grading without profiling (grade_profile off) gives no "
                                                            "coverage; PRS would reject every correct turn")
@@ -539,7 +591,7 @@ class Trainer:
     def rollout(self) -> "LocalRollout":
         """Play ``prompts_per_step x group_size`` episodes and pack them, one token row each."""
         trajectories, group_ids = self._rollout()
-        packed = pack_trajectories(trajectories, self.config.num_turns, self.tokenizer.pad_token_id or 0)
+        packed = pack_trajectories(trajectories, self.config.agent.max_turns, self.tokenizer.pad_token_id or 0)
         return LocalRollout(trajectories=trajectories, group_ids=group_ids, packed=packed)
 
     def old_log_probs(self, rollout: "LocalRollout") -> torch.Tensor:
@@ -575,7 +627,7 @@ class Trainer:
             for k in range(cfg.group_size):
                 jobs.append((item, self.rng.randrange(2**31)))
                 group_ids.append(f"s{self.step}_p{j}")
-        sampling = {"max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature}
+        sampling = {"max_new_tokens": cfg.agent.max_tokens_per_turn, "temperature": cfg.temperature}
 
         async def run_all() -> list[Any]:
             gate = asyncio.Semaphore(cfg.concurrency)
@@ -639,10 +691,9 @@ class Trainer:
                     loss, m = policy_loss(
                         new_lp, result.old_log_probs[micro][:, :width].to(self.device),
                         result.tok_advantages[micro][:, :width].to(self.device, new_lp.dtype), mask,
-                        clip_low=cfg.clip_low, clip_high=cfg.clip_high, clip_c=cfg.clip_c, agg_mode=cfg.agg_mode,
-                        loss_scale_factor=cfg.loss_scale_factor, entropy_coef=cfg.entropy_coef, is_weights=is_w,
+                        **dataclasses.asdict(cfg.loss), is_weights=is_w,
                         entropy=entropy, num_tokens=num_tokens, num_seqs=num_seqs,
-                        norm_len=float(cfg.max_new_tokens * cfg.num_turns))
+                        norm_len=float(cfg.agent.max_tokens_per_turn * cfg.agent.max_turns))
                     loss.backward()
                     w = float(mask.sum())
                     for k, v in m.items():
@@ -694,7 +745,9 @@ class Trainer:
                 from torch.utils.tensorboard import SummaryWriter
 
                 self._writer = SummaryWriter(str(self.out / "tensorboard"))
-                table = "\n".join(f"| {k} | {v} |" for k, v in dataclasses.asdict(self.config).items())
+                from drkernel.config.flags import flat_values
+
+                table = "\n".join(f"| {k} | {v} |" for k, v in flat_values(self.config).items())
                 self._writer.add_text("hyperparameters", "| key | value |\n| --- | --- |\n" + table, 0)
             for k, v in metrics.items():
                 if k != "step" and v is not None and math.isfinite(float(v)):

@@ -248,37 +248,53 @@ def get_reward_fn(name: str) -> RewardFn:
 # --------------------------------------------------------------------------- config and results
 
 
+def _knob_default(name: str) -> Any:
+    """The default of keyword ``name`` in the reward functions that take it (they must agree):
+    RewardConfig's defaults are the functions' own, declared once in their signatures."""
+    found = {inspect.signature(fn).parameters[name].default for fn in (speedup_reward, weighted_reward, tiered_reward)
+             if name in inspect.signature(fn).parameters}
+    if len(found) != 1:
+        raise TypeError(f"reward functions disagree on the default of {name!r}: {found}")
+    return found.pop()
+
+
 @dataclass
 class RewardConfig:
-    """Reward settings. Defaults are the Dr. Kernel recipe (reference §8.1: speedup reward + PR)."""
+    """Reward settings: the reward function's name plus that function's knobs. Defaults are the
+    Dr. Kernel recipe (reference §8.1: speedup reward + PR), read from the functions' signatures.
+
+    One flat constructor takes the knobs of every built-in function (``RewardConfig(name="tiered",
+    perf_degrade=-0.2)``); :meth:`knobs` picks the selected function's, and :meth:`node` is the
+    config-file view, ``{"name": ..., **knobs()}`` (what drkernel_trainer.yaml's ``drkernel.reward``
+    holds)."""
 
     name: str = "speedup"
     """Reward function: ``speedup`` (recipe), ``weighted`` or ``tiered``."""
-    correct_weight: float = 0.5
+    correct_weight: float = _knob_default("correct_weight")
     """w_c, weight of correctness (speedup, weighted)."""
-    performance_weight: float = 0.5
+    performance_weight: float = _knob_default("performance_weight")
     """w_p, weight of the clipped speedup (speedup) or of the faster-than-reference bonus (weighted)."""
-    speedup_upper: float = 3.0
+    speedup_upper: float = _knob_default("speedup_upper")
     """Speedups are clipped to this before weighting (speedup)."""
-    speedup_lower: float = 0.0
+    speedup_lower: float = _knob_default("speedup_lower")
     """Clipped speedups below this count 0; 0.0 disables (speedup)."""
-    speedup_eps: float = 0.01
+    speedup_eps: float = _knob_default("speedup_eps")
     """The bonus needs s >= 1 + eps (weighted)."""
-    coverage_enable: bool = True
+    coverage_enable: bool = _knob_default("coverage_enable")
     """Add the profiling-based reward (PR), ``c * W_cov * cov`` (speedup, weighted)."""
-    coverage_weight: float = 0.5
+    coverage_weight: float = _knob_default("coverage_weight")
     """W_cov, weight of the coverage term."""
-    penalty: float = 0.0
+    penalty: float = _knob_default("penalty")
     """Reward of a hacked turn (speedup, weighted)."""
-    tiers: tuple[tuple[float, float], ...] = DEFAULT_TIERS
+    tiers: tuple[tuple[float, float], ...] = _knob_default("tiers")
     """(speedup threshold, reward) pairs for a correct kernel (tiered)."""
-    perf_degrade: float = -0.1
+    perf_degrade: float = _knob_default("perf_degrade")
     """Correct but below every tier (tiered)."""
-    correctness_fail: float = -0.3
+    correctness_fail: float = _knob_default("correctness_fail")
     """Compiled but incorrect (tiered)."""
-    compilation_fail: float = -0.5
+    compilation_fail: float = _knob_default("compilation_fail")
     """Did not compile (tiered)."""
-    hacked_penalty: float = -1.0
+    hacked_penalty: float = _knob_default("hacked_penalty")
     """Hacked (tiered)."""
 
     def __post_init__(self) -> None:
@@ -288,6 +304,10 @@ class RewardConfig:
         """The keyword arguments that the selected reward function accepts, from this config."""
         params = inspect.signature(get_reward_fn(self.name)).parameters
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name in params}
+
+    def node(self) -> dict[str, Any]:
+        """The config-file view: the function's name and its knobs only."""
+        return {"name": self.name, **self.knobs()}
 
 
 def _get(result: Any, key: str, default: Any) -> Any:

@@ -19,13 +19,16 @@ _GRADERS: dict[str, Any] = {}
 
 
 def make_grader(settings: Mapping[str, Any]) -> Any:
-    """A new grader for the ``drkernel.grader`` settings (kind, device, capacity, url, num_actors, options)."""
+    """A new grader for the ``drkernel.grader`` settings (kind, device, capacity, url, num_actors, profile,
+    options)."""
     from drkernel.env.config import EvalConfig
 
     kind = settings.get("kind", "local")
     if kind not in ("local", "ray", "http"):
         raise ValueError(f"drkernel.grader.kind must be local, ray or http, got {kind!r}")
     options = dict(settings.get("options") or {})
+    if settings.get("profile") is not None:  # drkernel.grader.profile (None = EvalConfig's default, on)
+        options = {"profile": bool(settings["profile"]), **options}
     config = EvalConfig(device=str(settings.get("device", "cuda"))).with_overrides(**options).validate()
     capacity = settings.get("capacity")
     if kind == "local":

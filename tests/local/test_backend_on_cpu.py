@@ -68,9 +68,9 @@ class NoGenerate:
 
 def _trainer(tmp_path, toy_model, trajectories):
     model, tok = toy_model
-    cfg = TrainConfig(out=str(tmp_path / "run"), env="suite", suite="envs/single_ops", max_steps=1,
-                      prompts_per_step=PROMPTS, group_size=SAMPLES, num_turns=TURNS, threads=1, progress=False,
-                      tensorboard=False, concurrency=1)
+    cfg = TrainConfig.from_flat(out=str(tmp_path / "run"), env="suite", suite="envs/single_ops", max_steps=1,
+                               prompts_per_step=PROMPTS, group_size=SAMPLES, num_turns=TURNS, threads=1, progress=False,
+                               tensorboard=False, concurrency=1)
     return Trainer(cfg, model=model, tokenizer=tok, env=FixedEnv(trajectories), generate=lambda m, t: NoGenerate())
 
 

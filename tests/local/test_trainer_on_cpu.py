@@ -17,7 +17,7 @@ def _toy_config(tmp_path, **kw):
     base = dict(out=str(tmp_path / "run"), env="toy", max_steps=2, prompts_per_step=4, group_size=8, num_turns=3,
                 max_new_tokens=3, lr=1e-2, tiny_hidden=32, tiny_layers=1, threads=1, progress=False)
     base.update(kw)
-    return TrainConfig(**base)
+    return TrainConfig.from_flat(**base)
 
 
 def test_toy_run_writes_logs_config_and_checkpoint(tmp_path):
@@ -40,7 +40,7 @@ def test_toy_run_writes_logs_config_and_checkpoint(tmp_path):
     assert all(x["perf/generation_calls"] < 96 for x in lines)
     assert all("/" in k for k in keys if k != "step")  # every metric namespaced
     cfg = json.loads((out / "config.json").read_text())
-    assert cfg["estimator"] == "trloo" and cfg["resolved"]["step"]["estimator"] == "trloo"
+    assert cfg["step"]["estimator"] == "trloo" and cfg["resolved"]["step"]["estimator"] == "trloo"
     assert (out / "config.yaml").exists()
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     ckpt = out / "checkpoints" / "step_2"
@@ -97,10 +97,10 @@ def test_suite_run_with_the_real_cpu_grader(tmp_path):
     pytest.importorskip("triton")
 
     suite = REPO / "envs" / "single_ops"
-    config = TrainConfig(out=str(tmp_path / "run"), env="suite", suite=str(suite), tasks="01_relu", max_steps=2,
-                         prompts_per_step=1, group_size=2, num_turns=2, max_new_tokens=8, lr=1e-3,
-                         tiny_hidden=32, tiny_layers=1, tokenizer_vocab=600, threads=1, progress=False,
-                         grader_capacity=2, solution_mix=2)
+    config = TrainConfig.from_flat(out=str(tmp_path / "run"), env="suite", suite=str(suite), tasks="01_relu",
+                                   max_steps=2, prompts_per_step=1, group_size=2, num_turns=2, max_new_tokens=8, lr=1e-3,
+                                   tiny_hidden=32, tiny_layers=1, tokenizer_vocab=600, threads=1, progress=False,
+                                   grader_capacity=2, solution_mix=2)
     trainer = Trainer(config)
     history = trainer.train()
     assert len(history) == 2

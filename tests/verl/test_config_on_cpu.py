@@ -11,6 +11,7 @@ pytest.importorskip("verl")
 from omegaconf import OmegaConf  # noqa: E402
 
 from drkernel.config import CONFIG_DIR  # noqa: E402
+from drkernel.config.check import diff  # noqa: E402
 from drkernel.train import check_config, compose, save_resolved_config  # noqa: E402
 from drkernel.verl.config import DEFAULTS, drkernel_node, step_config  # noqa: E402
 
@@ -47,7 +48,8 @@ def test_trainer_config_values_and_verl_dataclasses() -> None:
     # verl's own nodes still convert to verl's dataclasses (no foreign keys leaked into them)
     for node in (cfg.algorithm, cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout):
         omega_conf_to_dataclass(node)
-    # the drkernel node: YAML and dataclass defaults agree, and build the step's config
+    # the drkernel node: YAML and dataclass defaults agree (each disagreeing key named), and build the step's config
+    assert diff(DEFAULTS, OmegaConf.to_container(cfg.drkernel, resolve=True), "drkernel") == []
     assert drkernel_node(cfg) == DEFAULTS
     sc = step_config(cfg, estimator="trloo", gamma=1.0, samples_per_prompt=16)
     assert sc.mismatch.rs == "geometric" and sc.mismatch.token_veto == pytest.approx(1e-4)
