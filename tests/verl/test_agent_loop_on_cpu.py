@@ -140,7 +140,13 @@ def test_per_turn_rewards_verdicts_and_rm_scores(episodes) -> None:
     assert b.turn_rewards[1] >= 0.5 + 0.5 * 0.4  # correct, and coverage of a pure Triton ReLU is high
     assert b.turn_coverage[1] == pytest.approx(result["coverage"])
     assert a.extra_fields["turn_results"][0] is None  # nothing graded without code
-    assert a.turn_hacked == [False, False] and b.turn_hacked == [False, False]
+    # the wrong "kernel" returns its input through torch alone: no Triton kernel ran, so the grader
+    # marks that turn hacked (no_triton_kernel); a turn without code is not graded, hence not hacked
+    for out in (a, b):
+        results = out.extra_fields["turn_results"]
+        assert out.turn_hacked == [bool(r and r["hacked"]) for r in results]
+    assert a.turn_hacked == [False, True] and b.turn_hacked == [True, False]
+    assert "no_triton_kernel" in b.extra_fields["turn_results"][0]["hack_reasons"]
     assert a.turn_exists == [True, True] and not a.failed
     assert b.extra_fields["reward_extra_info"]["last_turn_reward"] == pytest.approx(b.turn_rewards[1])
     # verl's TransferQueue record: turn rewards on each turn's last model token

@@ -145,7 +145,7 @@ def test_agent_loop_under_the_stage_config_with_the_stage_tokenizer(stage_cfg) -
 
     row = next(r for r in build_rows(SUITE) if r["extra_info"]["task_id"] == "01_relu")
     fast = EvalConfig(device="cpu", trials_per_distribution=1, distributions=("native",), determinism_check=False,
-                      warmup=1, timing_trials=2, spot_checks=1, input_pool=1)
+                      warmup=1, timing_trials=2, spot_checks=1)
 
     async def main():
         grader = LocalGrader(fast, capacity=2)

@@ -72,7 +72,7 @@ def _run(tokenizer, cfg, sessions):
     row = next(r for r in build_rows(SUITE) if r["extra_info"]["task_id"] == "01_relu")
     server = PromptLogprobServer(tokenizer)
     fast = EvalConfig(device="cpu", trials_per_distribution=1, distributions=("native",), determinism_check=False,
-                      warmup=1, timing_trials=2, spot_checks=1, input_pool=1)
+                      warmup=1, timing_trials=2, spot_checks=1)
 
     async def main():
         grader = LocalGrader(fast, capacity=2)
