@@ -132,7 +132,7 @@ def sequential(grader, work):
 def start_server(state: Path, port: int, args) -> subprocess.Popen:
     import httpx
 
-    cmd = [sys.executable, "-m", "drkernel.env.service", "--device", args.device, "--port", str(port),
+    cmd = [sys.executable, "-m", "drkernel", "serve", "--device", args.device, "--port", str(port),
            "--state-dir", str(state), "--no-cache", "--log-level", "warning"]
     if args.device == "cpu":
         cmd.append("--cpu-fast")
@@ -170,7 +170,7 @@ def main(argv=None) -> int:
 
     from drkernel.env.config import EvalConfig, cpu_fast
     from drkernel.env.grader import LocalGrader
-    from drkernel.env.service.remote import RemoteGrader
+    from drkernel.serve.remote import RemoteGrader
     cuda = args.device == "cuda"
     assert torch.cuda.is_available() or not cuda, "needs a CUDA device (or --device cpu for a smoke run)"
     pairs = kernels() if cuda else cpu_kernels()
