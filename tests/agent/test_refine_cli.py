@@ -35,7 +35,8 @@ def test_usage_errors_exit_2(argv, message, capsys, tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_scripted_run_real_grader_killed_and_resumed(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, str(ROOT / "tests/gpu/agent_refine.py"), "--device", "cpu",
+    script = ROOT / "tests/benchmarks/diagnostics/agent_refine.py"
+    proc = subprocess.run([sys.executable, str(script), "--device", "cpu",
                            "--tasks", "01_relu,06_hardtanh", "--max-turns", "2", "--iterations", "1",
                            "--remain-turns", "0", "--kill-after", "1", "--out", str(out), "--extra", "--no-timing"],
                           capture_output=True, text=True, timeout=500)

@@ -1,6 +1,6 @@
 """``drkernel serve`` on one CUDA machine against LocalGrader in-process, in one command:
 
-    python tests/gpu/service_bench.py --out /tmp/drkernel-gpu/service_bench.json
+    python tests/benchmarks/diagnostics/service_bench.py --out /tmp/drkernel-gpu/service_bench.json
 
 1. **Throughput.** The same kernels (honest ReLU over 16M floats and a 2k matmul from tests/gpu,
    distinct seeds, the full protocol: correctness, timing, profiling) graded ``--n`` times by
@@ -33,10 +33,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
-HERE = Path(__file__).resolve().parent
+HERE = ROOT / "tests" / "gpu"  # its tasks/ and candidates/
 
 DEVICE_ASSERT = '''
 import torch
