@@ -22,7 +22,7 @@ EXTRAS = {
     # What the CPU tests of the verl integration need on top of "train" (tests/verl/run.sh).
     "train-cpu-test": ["verl[verl-core]==0.9.1", "tensorboard", "pyarrow", "tokenizers", "pytest>=8",
                        "pytest-timeout"],
-    # The one-process trainer (drkernel train --local) and HFGenerate: light, no vLLM/Ray/CUDA wheels.
+    # The one-process trainer (drkernel train) and HFGenerate: light, no vLLM/Ray/CUDA wheels.
     "local": ["transformers>=4.56", "tokenizers", "peft", "tensorboard", "tqdm", "pyyaml"],
     # Grading across machines: `drkernel serve`, RemoteGrader (HTTP), metrics.
     "serve": ["fastapi>=0.110", "uvicorn>=0.29", "httpx>=0.27", "prometheus-client>=0.20"],

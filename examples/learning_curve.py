@@ -9,7 +9,7 @@ wrong answer the user says "higher", "lower" or "say a number"; three turns per 
 model (2 layers, 64 wide, a 35-token word vocabulary built here) starts at chance (about 0.04).
 
 It trains once per advantage estimator (by registry name: TRLOO, then GRPO), with the same seed,
-model, prompts and settings otherwise, through the same trainer as ``drkernel train --local``
+model, prompts and settings otherwise, through the same trainer as ``drkernel train``
 (batched HFGenerate, the Dr. Kernel step with MRS and the group filter, dual-clip PPO, AdamW).
 Writes ``<out>/<estimator>/`` (metrics.jsonl, TensorBoard, config, checkpoint),
 ``<out>/summary.json`` (mean reward of the first and last 10% of steps per estimator, wall time)
@@ -106,15 +106,32 @@ def _plot(curves: dict[str, list[float]], path: Path) -> None:
     plt.close(fig)
 
 
+def _arg_docs() -> dict[str, str]:
+    """Each field of :class:`Args` -> the docstring under it (the flag's help)."""
+    import ast
+    import inspect
+
+    body = ast.parse(inspect.getsource(Args)).body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr) \
+                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    docs = _arg_docs()
     for name, field in Args.__dataclass_fields__.items():
+        help_text = f"{docs.get(name, name.replace('_', ' '))} (default: {field.default})"
         if field.type in ("bool", bool):
             parser.add_argument("--" + name.replace("_", "-"), dest=name, action=argparse.BooleanOptionalAction,
-                                default=field.default)
+                                default=field.default, help=help_text)
         else:
             kind = {"int": int, "float": float}.get(str(field.type), str)
-            parser.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=field.default)
+            parser.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=field.default,
+                                help=help_text)
     run(Args(**vars(parser.parse_args(argv))))
     return 0
 

@@ -6,8 +6,9 @@
     # or a local Hugging Face model
     python examples/refine_loop.py --hf-model /path/to/model --task my_task.py --device cuda --out runs/one
 
-Same as `drkernel refine ...`; the logic lives in drkernel.agent (cli, scaling, episode).
-Rerun the same command to continue a killed run; see --help for every option.
+Same as `drkernel refine ...` (drkernel/cli/refine.py; the logic lives in drkernel.agent: scaling,
+episode), with the same exit codes. Rerun the same command to continue a killed run; see --help for
+every option.
 """
 
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from drkernel.agent.cli import build_parser, main  # noqa: E402
+from drkernel.cli.refine import run  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(build_parser().parse_args()))
+    sys.exit(run(prog="refine_loop.py"))

@@ -25,7 +25,7 @@ ARGS=(
 )
 
 if [ "$DRY_RUN" = "1" ]; then
-  exec "$(drk_python)" -m drkernel.train --dry-run "${ARGS[@]}" "${OVERRIDES[@]}"
+  exec "$(drk_python)" -m drkernel train --backend verl --dry-run "${ARGS[@]}" "${OVERRIDES[@]}"
 fi
 drk_start_ray
-exec "$(drk_python)" -m drkernel.train "${ARGS[@]}" "${OVERRIDES[@]}"
+exec "$(drk_python)" -m drkernel train --backend verl "${ARGS[@]}" "${OVERRIDES[@]}"

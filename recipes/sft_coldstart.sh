@@ -44,7 +44,7 @@ ARGS=(
 )
 
 if [ "$DRY_RUN" = "1" ]; then
-  exec "$PY" -m drkernel.train --dry-run --config-name=drkernel_sft "${ARGS[@]}" "${OVERRIDES[@]}"
+  exec "$PY" -m drkernel train --backend verl --dry-run --config-name=drkernel_sft "${ARGS[@]}" "${OVERRIDES[@]}"
 fi
 if [ -n "${SFT_JSONL:-}" ]; then
   "$PY" -m drkernel.verl.sft_data "$SFT_JSONL" "$SFT_FILES"

@@ -34,6 +34,15 @@ class GenerationError(RuntimeError):
     """The generation backend failed after its retries (unreachable server, persistent errors)."""
 
 
+class EndpointUnavailable(GenerationError):
+    """:meth:`OpenAIGenerate.probe` got no HTTP answer from the server (refused, unresolvable, timed out)."""
+
+    def __init__(self, url: str, reason: str):
+        self.url = url
+        self.reason = reason
+        super().__init__(f"{url}: {reason}")
+
+
 class OpenAIGenerate:
     """Chat completions from an OpenAI-compatible server, as a :class:`~drkernel.agent.types.Generate`."""
 
@@ -122,6 +131,25 @@ class OpenAIGenerate:
         with urllib.request.urlopen(req, timeout=self.timeout) as resp:
             return json.loads(resp.read())
 
+    def probe(self, timeout: float = 10.0) -> int:
+        """Check that the server answers, before a run writes anything: one ``GET <base_url>/models``
+        (standard library, no retries). Returns the HTTP status of any answer (a server without
+        ``/models`` still answers); raises :class:`EndpointUnavailable` when nothing answers and
+        ``PermissionError`` for 401/403 (the API key was refused)."""
+        req = urllib.request.Request(self.base_url + "/models", method="GET",
+                                     headers={"Authorization": f"Bearer {self.api_key}"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return int(resp.status)
+        except urllib.error.HTTPError as exc:
+            if exc.code in (401, 403):
+                raise PermissionError(f"HTTP {exc.code}") from None
+            return int(exc.code)
+        except (urllib.error.URLError, OSError, TimeoutError, ValueError) as exc:
+            reason = getattr(exc, "reason", None) or exc
+            raise EndpointUnavailable(self.base_url, f"{type(reason).__name__}: {reason}"
+                                      if not isinstance(reason, str) else reason) from None
+
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.close()
@@ -150,4 +178,4 @@ def parse_completion(data: dict[str, Any]) -> Generation:
                       usage=usage)
 
 
-__all__ = ["OpenAIGenerate", "GenerationError", "parse_completion"]
+__all__ = ["OpenAIGenerate", "GenerationError", "EndpointUnavailable", "parse_completion"]

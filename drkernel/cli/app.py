@@ -5,12 +5,15 @@ A command module exposes two functions::
     def add_arguments(parser: argparse.ArgumentParser) -> None: ...
     def main(args: argparse.Namespace) -> int: ...   # the exit code
 
-``main`` raises :class:`~drkernel.cli.common.UsageError` for unusable input (exit 2, one line on
-stderr) and lets :class:`~drkernel.env.result.EnvironmentFailure` out for a broken environment
-(exit 3). Building the parser imports only the module of the command being run, so
-``drkernel --help`` lists every command without importing torch, and a command whose module (or
-one of its dependencies) is not installed is still listed; running it exits 2 with one line naming
-what is missing and the extra that provides it.
+A command module that sets ``PASSTHROUGH = True`` receives the arguments its parser does not know
+as ``args.passthrough`` (``drkernel train --backend verl`` hands them to Hydra) instead of an error.
+
+Errors follow the one convention of :mod:`drkernel.cli.common` (exit 0 success, 1 the job failed,
+2 unusable input, 3 an external service unavailable; one line ``drkernel <command>: error: ...`` on
+stderr, no traceback unless ``DRKERNEL_DEBUG=1``). Building the parser imports only the module of
+the command being run, so ``drkernel --help`` lists every command without importing torch, and a
+command whose module (or one of its dependencies) is not installed is still listed; running it
+exits 2 with one line naming what is missing and the extra that provides it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Sequence
 
-from drkernel.cli.common import UsageError, first_line
+from drkernel.cli.common import EXIT_USAGE, UsageError, error, pip_hint, run_command
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ class Command:
     help: str
     """One line for ``drkernel --help``."""
     extra: str | None = None
-    """The ``pip install drkernel[<extra>]`` that brings the command's dependencies, if any."""
+    """The extra (``pip install -e '.[<extra>]'``) that brings the command's dependencies, if any."""
 
 
 COMMANDS: tuple[Command, ...] = (
@@ -44,16 +47,18 @@ COMMANDS: tuple[Command, ...] = (
             extra="env"),
     Command("bench", "drkernel.cli.bench", "grade a directory of candidates against a task suite", extra="env"),
     Command("data", "drkernel.cli.data", "build training data from a suite, import KernelBench"),
-    Command("train", "drkernel.local.cli", "train a policy on one machine (the one-process trainer)", extra="env,local"),
-    Command("serve", "drkernel.env.service.cli", "serve graders over HTTP to a training cluster", extra="env,serve"),
-    Command("refine", "drkernel.agent.cli", "multi-turn refinement (test-time scaling) against a model endpoint",
+    Command("train", "drkernel.cli.train",
+            "train a policy: the one-process trainer (default) or verl on a cluster (--backend verl)",
+            extra="env,local"),
+    Command("serve", "drkernel.cli.serve", "serve graders over HTTP to a training cluster", extra="env,serve"),
+    Command("refine", "drkernel.cli.refine", "multi-turn refinement (test-time scaling) against a model endpoint",
             extra="env,agent"),
 )
 """Every command, in ``--help`` order."""
 
 
 def _pip_hint(command: Command) -> str:
-    return f"pip install 'drkernel[{command.extra}]'" if command.extra else "pip install -U drkernel"
+    return pip_hint(command.extra)
 
 
 def _import_command(command: Command) -> ModuleType | str:
@@ -108,22 +113,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
             p.set_defaults(func=_unavailable(loaded))
             continue
-        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
+        passthrough = bool(getattr(loaded, "PASSTHROUGH", False))
+        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help, allow_abbrev=not passthrough,
+                           formatter_class=argparse.RawDescriptionHelpFormatter if passthrough else argparse.HelpFormatter)
         loaded.add_arguments(p)
+        p.set_defaults(passthrough=[] if passthrough else None)
         p.set_defaults(func=loaded.main)
     return parser
 
 
 def _summary() -> str:
     return ("drkernel: multi-turn agentic RL for Triton kernel generation.\n\n"
-            "Exit codes: 0 the command ran (an evaluation, whatever its verdict); 2 unusable input "
-            "(one line on stderr); 3 the environment failed.")
-
-
-def _is_environment_failure(exc: BaseException) -> bool:
-    from drkernel.env.result import EnvironmentFailure
-
-    return isinstance(exc, EnvironmentFailure)
+            "Exit codes: 0 success; 1 the job ran and failed; 2 unusable input (a bad flag value, an unknown\n"
+            "suite or task, a bad path, a missing extra); 3 an external service unavailable (a dead endpoint,\n"
+            "an unreachable grader). Errors are one line on stderr; DRKERNEL_DEBUG=1 adds the traceback.")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -134,22 +137,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command in known and not any(a in ("-h", "--help") for a in argv[:argv.index(command)]):
         loaded = _import_command(known[command])
         if isinstance(loaded, str):  # before parsing: its arguments are unknown
-            print(f"drkernel: error: {loaded}", file=sys.stderr)
-            return 2
+            error(f"drkernel {command}", loaded)
+            return EXIT_USAGE
     parser = build_parser(command)
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except UsageError as exc:
-        print(f"drkernel: error: {first_line(exc)}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:  # pragma: no cover - `drkernel ... | head`
-        return 0
-    except Exception as exc:
-        if not _is_environment_failure(exc):
-            raise
-        print(f"drkernel: environment failure: {first_line(exc)}", file=sys.stderr)
-        return 3
+    args, extra = parser.parse_known_args(argv)
+    if extra and getattr(args, "passthrough", None) is None:
+        parser.parse_args(argv)  # argparse's own "unrecognized arguments" error, exit 2
+    if getattr(args, "passthrough", None) is not None:
+        args.passthrough = extra
+    return run_command(f"drkernel {args.command}", args.func, args)
 
 
 __all__ = ["COMMANDS", "Command", "build_parser", "command_in", "main"]

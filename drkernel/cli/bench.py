@@ -1,8 +1,9 @@
 """``drkernel bench --suite DIR``: grade every task of a suite; write results.json, summary.md and speedups.png.
 
-Exit codes: 0 when the bench ran (failing kernels included), 1 with ``--strict`` when a task did
-not pass, 2 with one line for unusable input (missing suite, bad env.yaml, unusable task), 3 when
-the environment failed (no GPU when one was asked for, a grader that could not start).
+Exit codes (:mod:`drkernel.cli.common`): 0 when the bench ran (failing kernels included), 1 with
+``--strict`` when a task did not pass, 2 with one line for unusable input (missing suite, bad
+env.yaml, unusable task), 3 when the environment failed (no GPU when one was asked for, a grader
+that could not start).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from drkernel.cli.common import UsageError, default_device, first_line
+from drkernel.cli.common import UsageError, default_device, error, first_line, load_suite_arg
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,14 +55,11 @@ def _merge(args: argparse.Namespace, suite) -> int:  # noqa: ANN001 - a drkernel
 def main(args: argparse.Namespace) -> int:
     from drkernel.bench import ENV_FAILURE, TASK_ERROR, format_summary, run_bench
     from drkernel.data._deps import MissingDependency
-    from drkernel.env.suite import SuiteError, load_suite
+    from drkernel.env.suite import SuiteError
 
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
-    try:
-        suite = load_suite(args.suite)
-    except SuiteError as exc:
-        raise UsageError(first_line(exc)) from None
+    suite = load_suite_arg(args.suite)
     if args.merge:
         return _merge(args, suite)
     device = args.device or default_device()
@@ -78,11 +76,11 @@ def main(args: argparse.Namespace) -> int:
     code = report.exit_code(strict=args.strict)
     if code == 3:
         failed = report.by_status(ENV_FAILURE)
-        print(f"drkernel: environment failure: {len(failed)} task(s) could not be graded "
-              f"(first: {failed[0].message})", file=sys.stderr)
+        error("drkernel bench", f"environment failure: {len(failed)} task(s) could not be graded "
+                                f"(first: {failed[0].message})")
     elif code == 2:
         bad = report.by_status(TASK_ERROR)
-        print(f"drkernel: error: {len(bad)} unusable task(s) (first: {bad[0].message})", file=sys.stderr)
+        error("drkernel bench", f"{len(bad)} unusable task(s) (first: {bad[0].message})")
     return code
 
 

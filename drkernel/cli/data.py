@@ -1,16 +1,18 @@
 """``drkernel data build`` (one verl RLHFDataset row per task) and ``drkernel data import-kernelbench``.
 
-Exit codes: 0 when the files were written, 2 with one line for unusable input (missing suite,
-bad output name, missing pyarrow, not a KernelBench checkout).
+Exit codes (:mod:`drkernel.cli.common`): 0 when the files were written, 2 with one line for unusable
+input (missing suite, an output path that cannot be written, missing pyarrow, not a KernelBench
+checkout). The output path is checked before the rows are built.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
-from drkernel.cli.common import UsageError, first_line
+from drkernel.cli.common import UsageError, first_line, load_suite_arg
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,6 +40,20 @@ def main(args: argparse.Namespace) -> int:
     return args.data_func(args)
 
 
+def check_output_file(out: Path, flag: str = "--out") -> None:
+    """:class:`UsageError` unless ``out`` can be created as a file: not a directory, no file among its
+    parents, its first existing parent writable."""
+    if out.is_dir():
+        raise UsageError(f"{flag} {out}: is a directory; give a file name (e.g. {out / 'train.parquet'})")
+    parent = out.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"{flag} {out}: cannot create it: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {out}: cannot create it: no write permission in {parent}")
+
+
 def build(args: argparse.Namespace) -> int:
     """``data build``: write the dataset file(s) and say where."""
     from drkernel.data._deps import MissingDependency
@@ -47,10 +63,14 @@ def build(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix not in (".parquet", ".jsonl"):
         raise UsageError(f"--out must end in .parquet or .jsonl, got {out.name}")
+    check_output_file(out)
+    load_suite_arg(args.suite)  # an unknown suite names the ones that exist
     try:
         paths = build_dataset(args.suite, out, split_test=args.split_test, seed=args.seed, template=args.template,
                               agent_name=args.agent_name)
-    except (SuiteError, MissingDependency, ValueError, KeyError, OSError) as exc:
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write it: {exc.strerror or first_line(exc)}") from None
+    except (SuiteError, MissingDependency, ValueError, KeyError) as exc:
         raise UsageError(first_line(exc).strip("'\"")) from None
     for split, path in paths.items():
         print(f"wrote {split}: {path}")

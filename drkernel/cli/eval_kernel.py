@@ -1,7 +1,8 @@
 """``drkernel eval-kernel --task REF.py --candidate CAND.py``: grade one candidate (design brief contract).
 
-Exit 0 whenever the evaluation ran, whatever the verdict; 2 with one line on stderr for unusable
-input (a missing or unreadable file, a task that cannot be loaded); 3 when the environment failed.
+Exit codes (:mod:`drkernel.cli.common`): 0 whenever the evaluation ran, whatever the verdict (the
+verdict is the output); 2 with one line on stderr for unusable input (a missing or unreadable file,
+a task that cannot be loaded); 3 when the environment failed.
 """
 
 from __future__ import annotations

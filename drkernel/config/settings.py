@@ -22,7 +22,7 @@ the CPU only, through the consumers) describe a whole run. Derived from these gr
 - :class:`drkernel.local.trainer.TrainConfig` nests :class:`StepSettings` (``.step``),
   :class:`~drkernel.losses.PolicyLossConfig` (``.loss``), :class:`~drkernel.rewards.RewardConfig`
   (``.reward``), :class:`GraderSettings` (``.grader``) and :class:`AgentSettings` (``.agent``);
-  its flat ``drkernel train --local`` flags come from :mod:`drkernel.config.flags`;
+  its flat ``drkernel train`` flags come from :mod:`drkernel.config.flags`;
 - the verl plugin's ``drkernel:`` node is :class:`DrKernelNode`; ``drkernel.verl.config.DEFAULTS``
   is generated from it, and ``drkernel/config/drkernel_trainer.yaml`` is checked against it
   (:mod:`drkernel.config.check`, ``python -m drkernel.config.check``).

@@ -7,6 +7,7 @@ Modules (import them directly; this package imports nothing heavy):
 * :mod:`drkernel.local.tiny` -- a tiny random-weight model and a tokenizer trained on local files;
 * :mod:`drkernel.local.pack` -- episodes -> one token row per trajectory, log-prob recomputation;
 * :mod:`drkernel.local.trainer` -- ``TrainConfig`` and ``Trainer`` (the training loop);
-* :mod:`drkernel.local.toy` -- a synthetic multi-turn guessing task (the learning-curve example);
-* :mod:`drkernel.local.cli` -- ``drkernel train --local``.
+* :mod:`drkernel.local.toy` -- a synthetic multi-turn guessing task (the learning-curve example).
+
+The command line is ``drkernel train`` (:mod:`drkernel.cli.train`; the local trainer is its default backend).
 """

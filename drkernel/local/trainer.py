@@ -47,7 +47,7 @@ class TrainConfig:
     PRS, group filter), ``loss`` (drkernel.losses.PolicyLossConfig), ``reward``
     (drkernel.rewards.RewardConfig), ``grader`` and ``agent``; the rest is this trainer's own.
 
-    Every leaf is a flat ``drkernel train --local`` flag (drkernel.config.flags): top-level fields
+    Every leaf is a flat ``drkernel train`` flag (drkernel.config.flags): top-level fields
     and the ``step``/``loss``/``agent`` fields by their own name (``--clip-low``, ``--mrs-rs-lower``,
     ``--prs-threshold``), the others prefixed with their group (``--reward-coverage-weight``,
     ``--grader-capacity``), older names kept by :attr:`flag_aliases`. :meth:`from_flat` builds one
@@ -168,7 +168,7 @@ class TrainConfig:
 
     @classmethod
     def from_flat(cls, values: dict[str, Any] | None = None, **kwargs: Any) -> "TrainConfig":
-        """A config from flat names (the ``drkernel train --local`` flags without ``--``, e.g.
+        """A config from flat names (the ``drkernel train`` flags without ``--``, e.g.
         ``num_turns``, ``clip_high``, ``mrs``, ``prs_threshold``) and/or whole groups."""
         from drkernel.config.flags import from_flat
 

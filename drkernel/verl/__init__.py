@@ -22,4 +22,6 @@ the submodules that need them:
 - :mod:`drkernel.verl.config` — the ``drkernel:`` config node: defaults and conversion to the
   step's and the agent's settings.
 - :mod:`drkernel.verl.sft_data` — the agent's SFT export (JSONL) -> parquet for verl's SFT trainer.
+- :mod:`drkernel.verl.launch` — compose the Hydra config, check it, save it, and run verl's PPO
+  (``drkernel train --backend verl``; ``python -m drkernel.train`` is its alias).
 """

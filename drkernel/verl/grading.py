@@ -2,7 +2,7 @@
 
 One grader per worker process, built on first use and shared by every episode of that process
 (agent-loop workers are long-lived Ray actors running many episodes concurrently on one event
-loop). The Ray and HTTP graders live in :mod:`drkernel.env.service` and are imported only when
+loop). The Ray and HTTP graders live in :mod:`drkernel.serve` and are imported only when
 chosen.
 """
 
@@ -36,14 +36,14 @@ def make_grader(settings: Mapping[str, Any]) -> Any:
 
         return LocalGrader(config, capacity=capacity)
     if kind == "ray":
-        from drkernel.env.service.ray_pool import RayGrader
+        from drkernel.serve.ray_pool import RayGrader
 
         return RayGrader(config, num_actors=settings.get("num_actors"))
     else:  # http
         url = settings.get("url")
         if not url:
             raise ValueError("drkernel.grader.kind=http needs drkernel.grader.url")
-        from drkernel.env.service.remote import RemoteGrader
+        from drkernel.serve.remote import RemoteGrader
 
         return RemoteGrader(url, capacity=capacity)
 

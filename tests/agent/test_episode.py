@@ -167,7 +167,7 @@ def test_agent_import_is_light():
     import subprocess
     import sys
 
-    code = ("import sys, drkernel.agent, drkernel.agent.episode, drkernel.agent.scaling, drkernel.agent.cli; "
+    code = ("import sys, drkernel.agent, drkernel.agent.episode, drkernel.agent.scaling, drkernel.cli.refine; "
             "print(sorted(m for m in ('torch', 'openai', 'matplotlib', 'tqdm', 'triton') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

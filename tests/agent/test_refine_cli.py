@@ -1,4 +1,4 @@
-"""Tests for drkernel/agent/cli.py and examples/refine_loop.py: usage errors, and (slow) the scripted
+"""Tests for drkernel/cli/refine.py and examples/refine_loop.py: usage errors, and (slow) the scripted
 run through the real CLI and the real grader on the CPU interpreter, killed and resumed."""
 
 import subprocess
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from drkernel.agent.cli import build_parser, main
+from drkernel.cli.app import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,22 +18,25 @@ ROOT = Path(__file__).resolve().parents[2]
     (["--base-url", "http://x/v1", "--model", "m"], "exactly one of --suite"),
     (["--base-url", "http://x/v1", "--model", "m", "--task", "missing.py"], "task file not found"),
     (["--base-url", "http://x/v1", "--model", "m", "--suite", "envs/single_ops", "--tasks", "zzz"], "no task"),
+    (["--base-url", "http://x/v1", "--model", "m", "--suite", "envs/nope"], "suites: envs/fused_ops, envs/single_ops"),
+    (["--base-url", "http://x/v1", "--model", "m", "--task", "t.py", "--tasks", "a"], "--tasks needs --suite"),
     (["--base-url", "http://x/v1", "--model", "m", "--suite", "envs/single_ops", "--max-turns", "2",
       "--remain-turns", "2"], "remain_turns"),
     (["--hf-model", "/nonexistent", "--suite", "envs/single_ops"], "not a model directory"),
 ])
 def test_usage_errors_exit_2(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
-    args = build_parser().parse_args([*argv, "--out", str(tmp_path / "o"), "--device", "cpu"])
-    assert main(args) == 2
+    assert main(["refine", *argv, "--out", str(tmp_path / "o"), "--device", "cpu"]) == 2
     err = capsys.readouterr().err
-    assert message in err and err.count("\n") == 1
+    assert message in err and err.count("\n") == 1 and err.startswith("drkernel refine: error: ")
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.slow
 def test_scripted_run_real_grader_killed_and_resumed(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, str(ROOT / "tests/gpu/agent_refine.py"), "--device", "cpu",
+    script = ROOT / "tests/benchmarks/diagnostics/agent_refine.py"
+    proc = subprocess.run([sys.executable, str(script), "--device", "cpu",
                            "--tasks", "01_relu,06_hardtanh", "--max-turns", "2", "--iterations", "1",
                            "--remain-turns", "0", "--kill-after", "1", "--out", str(out), "--extra", "--no-timing"],
                           capture_output=True, text=True, timeout=500)

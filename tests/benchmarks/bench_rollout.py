@@ -3,7 +3,7 @@
     python tests/benchmarks/bench_rollout.py [--device cpu|cuda] [--batches 1,8,32] \
         [--prompt-tokens 512,1536] [--new-tokens 256] [--out bench_rollout.json]
 
-The model and tokenizer are built here as ``drkernel train --local`` builds them (random weights,
+The model and tokenizer are built here as ``drkernel train`` builds them (random weights,
 a BPE tokenizer trained on the suite's files; nothing is downloaded): ``--tiny-hidden 64
 --tiny-layers 2 --tokenizer-vocab 2000`` is the trainer's default (the CPU target), ``256 / 4 /
 4000`` the GPU stage's. Prompts are the suite's first-turn prompt cut to ``--prompt-tokens``.

@@ -100,7 +100,7 @@ def check(answers, subs, grader: str) -> dict:
 
 def run_http(args, subs) -> dict:
     from tests.service.conftest import Server
-    from drkernel.env.service.remote import RemoteGrader
+    from drkernel.serve.remote import RemoteGrader
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-service-"))
     extra = ["--no-cache", "--workers", str(args.workers), "--queue-size", str(args.queue_size)]
@@ -167,7 +167,7 @@ def run_ray(args, subs) -> dict:
     import ray
 
     from drkernel.env.config import EvalConfig, cpu_fast
-    from drkernel.env.service.ray_pool import RayGrader
+    from drkernel.serve.ray_pool import RayGrader
     from tests.service.echo_grader import make
 
     ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, log_to_driver=False,

@@ -230,7 +230,7 @@ def scrape(url: str) -> dict[str, float]:
 
 # -- the soak --------------------------------------------------------------------------------------------
 def soak(subs: list[dict], args) -> dict:
-    from drkernel.env.service.remote import RemoteGrader
+    from drkernel.serve.remote import RemoteGrader
     from tests.service.conftest import Server
 
     state = Path(tempfile.mkdtemp(prefix="bench-soak-"))
@@ -337,8 +337,8 @@ def _metric_sum(snapshots: list[dict], prefix: str) -> dict[str, float]:
 
 
 def check(subs, quiet, run) -> dict:
-    from drkernel.env.service.cache import transient_reason
-    from drkernel.env.service.codec import decode_result
+    from drkernel.serve.cache import transient_reason
+    from drkernel.serve.codec import decode_result
 
     answers = run["answers"]
     not_once = [i for i, a in answers.items() if len(a) != 1]

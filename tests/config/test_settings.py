@@ -34,7 +34,7 @@ from drkernel.verl import config as verl_config
 
 REPO = Path(__file__).resolve().parents[2]
 
-# the flags of `drkernel train --local` before TrainConfig was nested: every one must keep working
+# the flags of `drkernel train` (then `--local`) before TrainConfig was nested: every one must keep working
 OLD_FLAGS = [
     "out", "env", "suite", "tasks", "max_steps", "device", "model", "precision", "tiny_hidden", "tiny_layers",
     "tokenizer_vocab", "threads", "generation_threads", "seed", "prompts_per_step", "group_size", "num_turns",
@@ -234,7 +234,7 @@ def test_every_flat_flag_maps_to_exactly_one_nested_field():
 
 
 def test_every_flag_parses_on_the_command_line_into_its_field():
-    from drkernel.local import cli
+    from drkernel.cli import train as cli
 
     TrainConfig = _train_config()
     parser = argparse.ArgumentParser()
@@ -242,7 +242,7 @@ def test_every_flag_parses_on_the_command_line_into_its_field():
     for flag in flat_fields(TrainConfig):
         value = _other_value(flag)
         opt = "--" + flag.name.replace("_", "-")
-        argv = ["--local", "--env", "toy"]
+        argv = ["--env", "toy"]
         if flag.type == "bool":
             argv += [opt if value else "--no-" + flag.name.replace("_", "-")]
         elif flag.name != "env":

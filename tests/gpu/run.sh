@@ -36,7 +36,7 @@ for stage in $STAGES; do
     tests)    $PY -m pytest tests/gpu -o addopts="" -q -ra -s -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" || status=1 ;;
     fixtures) DRKERNEL_TEST_DEVICE=cuda $PY -m pytest tests/env/test_fixtures.py -o addopts="" -q -ra -p no:cacheprovider 2>&1 \
                 | tee "$OUT/fixtures_cuda.log" || status=1 ;;
-    spread)   $PY tests/gpu/timing_spread.py --task "${SPREAD_TASK:-tests/gpu/tasks/matmul_2k.py}" \
+    spread)   $PY tests/benchmarks/diagnostics/timing_spread.py --task "${SPREAD_TASK:-tests/gpu/tasks/matmul_2k.py}" \
                 --candidate "${SPREAD_CANDIDATE:-tests/gpu/candidates/matmul_honest.py}" --repeats 10 \
                 --out "$OUT/spread.json" 2>&1 | tee "$OUT/spread.log" || status=1 ;;
     grader)   $PY tests/benchmarks/bench_grader.py --device cuda --warm-rounds 3 --repeat 10 --spread-task 18_matmul_square \
@@ -44,9 +44,9 @@ for stage in $STAGES; do
     loadspread) $PY tests/benchmarks/bench_grader.py --device cuda --capacities "${CAPACITIES:-1,4,8}" \
                 --sweep-rounds "${SWEEP_ROUNDS:-3}" --skip-warmup --json "$OUT/bench_grader_sweep.json" 2>&1 \
                 | tee "$OUT/bench_grader_sweep.log" | grep -v "^  \[" || status=1 ;;
-    service)  $PY tests/gpu/service_bench.py --n 48 --rounds 2 --latency-n 10 --out "$OUT/service_bench.json" 2>&1 \
+    service)  $PY tests/benchmarks/diagnostics/service_bench.py --n 48 --rounds 2 --latency-n 10 --out "$OUT/service_bench.json" 2>&1 \
                 | tee "$OUT/service_bench.log" || status=1 ;;
-    agent)    $PY tests/gpu/agent_refine.py --device cuda --out "$OUT/agent_refine" 2>&1 \
+    agent)    $PY tests/benchmarks/diagnostics/agent_refine.py --device cuda --out "$OUT/agent_refine" 2>&1 \
                 | tee "$OUT/agent_refine.log" || status=1 ;;
     local)    OUT="$OUT" bash tests/gpu/local_train.sh || status=1 ;;
     single)   $PY -m drkernel.cli bench --suite envs/single_ops --device cuda "${TASKS_ARG[@]}" \
@@ -54,10 +54,10 @@ for stage in $STAGES; do
     fused)    $PY -m drkernel.cli bench --suite envs/fused_ops --device cuda "${TASKS_ARG[@]}" \
                 --out "$OUT/fused_ops$SUFFIX" 2>&1 | tee "$OUT/bench_fused$SUFFIX.log" || status=1 ;;
     probe)    for suite in single_ops fused_ops; do
-                $PY tests/gpu/solution_speed.py --suite "envs/$suite" ${BENCH_TASKS:+--tasks "$BENCH_TASKS"} \
+                $PY tests/benchmarks/diagnostics/solution_speed.py --suite "envs/$suite" ${BENCH_TASKS:+--tasks "$BENCH_TASKS"} \
                   --out "$OUT/speed_$suite$SUFFIX.json" 2>&1 | tee "$OUT/speed_$suite$SUFFIX.log" || status=1
               done ;;
-    sweep)    $PY tests/gpu/gemm_sweep.py --out "$OUT/gemm_sweep.json" 2>&1 | tee "$OUT/gemm_sweep.log" || status=1 ;;
+    sweep)    $PY tests/benchmarks/diagnostics/gemm_sweep.py --out "$OUT/gemm_sweep.json" 2>&1 | tee "$OUT/gemm_sweep.log" || status=1 ;;
     # ---- redteam: the black-box corpus (tests/env/redteam) with this grader and, when OLD_DRKERNEL
     # names an older checkout (e.g. .old/c661605, carried), with that one: the before/after table.
     redteam)  $PY tests/benchmarks/grade_corpus.py tests/env/redteam --device cuda --label new \

@@ -1,4 +1,4 @@
-"""A real ``drkernel serve`` in a subprocess (python -m drkernel.env.service), killable with SIGKILL."""
+"""A real ``drkernel serve`` in a subprocess (python -m drkernel serve), killable with SIGKILL."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class Server:
 
         self.state_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **self.env)
-        cmd = [sys.executable, "-m", "drkernel.env.service", "--port", str(self.port), "--state-dir",
+        cmd = [sys.executable, "-m", "drkernel", "serve", "--port", str(self.port), "--state-dir",
                str(self.state_dir), "--log-level", "warning", *self.args]
         self.proc = subprocess.Popen(cmd, env=env, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT,
                                      start_new_session=True)

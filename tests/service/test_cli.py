@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from drkernel.env.service import cli
+from drkernel.cli import serve as cli
 
 
 def _args(*argv):
@@ -26,7 +26,7 @@ def test_defaults_parse():
     (["--workers", "0"], "--workers must be >= 1"),
     (["--gpus", "0"], "--gpus needs --device cuda"),
     (["--grader", "nomodule"], "MODULE:FACTORY"),
-    (["--grader", "drkernel.env.service.cli:no_such"], "no_such"),
+    (["--grader", "drkernel.cli.serve:no_such"], "no_such"),
 ])
 def test_unusable_arguments_exit_2_with_one_line(argv, words, capsys, tmp_path):
     pytest.importorskip("uvicorn", reason="needs the 'serve' extra")
@@ -40,7 +40,7 @@ def test_unusable_arguments_exit_2_with_one_line(argv, words, capsys, tmp_path):
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU path")
 def test_cuda_without_a_device_is_an_environment_failure_exit_3(tmp_path):
     pytest.importorskip("uvicorn", reason="needs the 'serve' extra")
-    r = subprocess.run([sys.executable, "-m", "drkernel.env.service", "--device", "cuda", "--state-dir",
+    r = subprocess.run([sys.executable, "-m", "drkernel", "serve", "--device", "cuda", "--state-dir",
                         str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 3 and "no CUDA device" in r.stderr and r.stderr.count("\n") == 1, r.stderr
 
@@ -71,7 +71,39 @@ def test_state_flags_reach_the_stores_and_clear_cache_exits(tmp_path, capsys):
 
 
 def test_importing_the_package_pulls_in_no_server_or_cluster_library():
-    code = ("import sys, drkernel, drkernel.env, drkernel.env.service, drkernel.env.service.cli; "
+    code = ("import sys, drkernel, drkernel.env, drkernel.serve, drkernel.cli.serve; "
             "heavy = {'fastapi', 'uvicorn', 'httpx', 'ray', 'prometheus_client', 'torch'} & set(sys.modules); "
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_serve_without_a_token_says_it_runs_open(monkeypatch, tmp_path, capsys):
+    """New-user trip: an open server is announced on stderr, with how to set a token; with a token, silence."""
+    uvicorn = pytest.importorskip("uvicorn", reason="needs the 'serve' extra")
+    from drkernel.cli.app import main
+
+    ran = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: ran.append(kw))
+    monkeypatch.delenv(cli.TOKEN_ENV, raising=False)
+    assert main(["serve", "--state-dir", str(tmp_path), "--no-warmup", "--port", "8123"]) == 0
+    err = capsys.readouterr().err
+    assert ran and ran[0]["port"] == 8123
+    lines = [line for line in err.splitlines() if line.startswith("drkernel serve: note:")]
+    assert len(lines) == 1 and "runs open (no auth)" in lines[0]
+    assert cli.TOKEN_ENV in lines[0] and "--token" in lines[0]
+    monkeypatch.setenv(cli.TOKEN_ENV, "secret")
+    assert main(["serve", "--state-dir", str(tmp_path), "--no-warmup"]) == 0
+    assert "runs open" not in capsys.readouterr().err
+
+
+def test_old_service_package_is_a_deprecated_shim():
+    code = ("import warnings\n"
+            "with warnings.catch_warnings(record=True) as caught:\n"
+            "    warnings.simplefilter('always')\n"
+            "    import drkernel.env.service as old\n"
+            "import drkernel.serve as new\n"
+            "assert any(issubclass(w.category, DeprecationWarning) and 'drkernel.serve' in str(w.message)\n"
+            "           for w in caught), [str(w.message) for w in caught]\n"
+            "assert old.RemoteGrader is new.RemoteGrader and old.JobStore is new.JobStore\n"
+            "assert set(new.__all__) <= set(dir(old))\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -1,4 +1,4 @@
-"""Results with NaN and infinities as standard JSON (drkernel/env/service/codec.py, issue 24): every
+"""Results with NaN and infinities as standard JSON (drkernel/serve/codec.py, issue 24): every
 non-finite float becomes "NaN"/"Infinity"/"-Infinity" and is listed under "nonfinite"; decoding
 gives back the very EvalResult, strings that only look like those names included."""
 
@@ -8,7 +8,7 @@ import math
 import pytest
 
 from drkernel.env.result import EvalResult
-from drkernel.env.service.codec import decode_result, encode_result
+from drkernel.serve.codec import decode_result, encode_result
 from tests.service.echo_grader import nonfinite_result
 
 

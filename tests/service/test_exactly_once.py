@@ -14,7 +14,7 @@ pytest.importorskip("fastapi", reason="needs the 'serve' extra")
 httpx = pytest.importorskip("httpx", reason="needs the 'serve' extra")
 
 from drkernel.env.result import EnvironmentFailure  # noqa: E402
-from drkernel.env.service.remote import RemoteGrader  # noqa: E402
+from drkernel.serve.remote import RemoteGrader  # noqa: E402
 from drkernel.env.task import Task, TaskError  # noqa: E402
 from tests.service.echo_grader import digest  # noqa: E402
 

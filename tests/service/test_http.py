@@ -12,7 +12,7 @@ pytest.importorskip("fastapi", reason="needs the 'serve' extra")
 httpx = pytest.importorskip("httpx", reason="needs the 'serve' extra")
 
 from drkernel.env.conformance import HONEST, PROBE_TASK  # noqa: E402
-from drkernel.env.service.remote import RemoteGrader  # noqa: E402
+from drkernel.serve.remote import RemoteGrader  # noqa: E402
 from drkernel.env.task import Task, TaskError  # noqa: E402
 from tests.service.batch import OPTIONS, check_verdict, mixed_batch  # noqa: E402
 from tests.service.conftest import Server  # noqa: E402

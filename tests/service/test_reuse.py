@@ -23,12 +23,12 @@ uvicorn = pytest.importorskip("uvicorn", reason="needs the 'serve' extra")
 
 from drkernel.env.config import EvalConfig  # noqa: E402
 from drkernel.env.result import EvalResult  # noqa: E402
-from drkernel.env.service import app as app_module  # noqa: E402
-from drkernel.env.service.app import GradingService, ServiceSettings, create_app  # noqa: E402
-from drkernel.env.service.cache import ResultCache, transient_reason  # noqa: E402
-from drkernel.env.service.codec import decode_result  # noqa: E402
-from drkernel.env.service.jobs import JobStore  # noqa: E402
-from drkernel.env.service.remote import RemoteGrader  # noqa: E402
+from drkernel.serve import app as app_module  # noqa: E402
+from drkernel.serve.app import GradingService, ServiceSettings, create_app  # noqa: E402
+from drkernel.serve.cache import ResultCache, transient_reason  # noqa: E402
+from drkernel.serve.codec import decode_result  # noqa: E402
+from drkernel.serve.jobs import JobStore  # noqa: E402
+from drkernel.serve.remote import RemoteGrader  # noqa: E402
 from drkernel.env.task import Task  # noqa: E402
 from tests.service.conftest import free_port  # noqa: E402
 from tests.service.echo_grader import FAILURES, EchoGrader, digest, nonfinite_result  # noqa: E402

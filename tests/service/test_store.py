@@ -5,9 +5,9 @@ only reusable verdicts, a bounded job store, CachedGrader."""
 import pytest
 
 from drkernel.env.config import EvalConfig
-from drkernel.env.service.cache import CachedGrader, ResultCache, cache_key, config_dict, grader_version, \
+from drkernel.serve.cache import CachedGrader, ResultCache, cache_key, config_dict, grader_version, \
     runtime_identity
-from drkernel.env.service.jobs import JobConflict, JobStore
+from drkernel.serve.jobs import JobConflict, JobStore
 from drkernel.env.task import Task
 from tests.service.echo_grader import EchoGrader
 

@@ -1,28 +1,32 @@
-"""Grading across machines: an HTTP service (``drkernel serve``), its client ``RemoteGrader``, and a
-Ray actor pool ``RayGrader`` — all behind the :class:`~drkernel.env.grader.Grader` protocol.
+"""Deprecated name of :mod:`drkernel.serve` (the grading HTTP service, ``RemoteGrader``, ``RayGrader``).
 
-Public names are imported lazily: ``import drkernel.env.service`` pulls in neither FastAPI nor Ray.
+The service moved out of the grader package to ``drkernel.serve``; this shim re-exports its public
+names for one release and warns on import. Import from ``drkernel.serve`` instead::
 
-    from drkernel.env.service import RemoteGrader, RayGrader
+    from drkernel.serve import RemoteGrader, RayGrader     # was: drkernel.env.service
+
+Submodules (``drkernel.env.service.remote`` ...) are not re-exported: they are
+``drkernel.serve.remote`` etc. ``python -m drkernel.env.service`` still starts the server (it runs
+``drkernel serve``).
 """
 
 from __future__ import annotations
 
-from drkernel._lazy import lazy_exports
+import warnings
 
-_EXPORTS = {
-    "RemoteGrader": "drkernel.env.service.remote",
-    "RayGrader": "drkernel.env.service.ray_pool",
-    "GradingService": "drkernel.env.service.app",
-    "ServiceSettings": "drkernel.env.service.app",
-    "create_app": "drkernel.env.service.app",
-    "JobStore": "drkernel.env.service.jobs",
-    "ResultCache": "drkernel.env.service.cache",
-    "CachedGrader": "drkernel.env.service.cache",
-    "cache_key": "drkernel.env.service.cache",
-}
+import drkernel.serve as _serve
 
-__all__ = sorted(_EXPORTS)
+warnings.warn("drkernel.env.service is deprecated and will be removed in the next release: "
+              "import from drkernel.serve", DeprecationWarning, stacklevel=2)
+
+__all__ = list(_serve.__all__)
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+def __getattr__(name: str):
+    if name in __all__:
+        return getattr(_serve, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,6 +1,8 @@
-"""``python -m drkernel.env.service [serve options]``: the same server as ``drkernel serve``."""
+"""``python -m drkernel.env.service [options]`` (deprecated): runs ``drkernel serve [options]``."""
+
+import runpy
 import sys
 
-from drkernel.env.service.cli import run
-
-sys.exit(run())
+print("drkernel: note: `python -m drkernel.env.service` is deprecated: use `drkernel serve`", file=sys.stderr)
+sys.argv[1:1] = ["serve"]
+runpy.run_module("drkernel", run_name="__main__", alter_sys=True)

@@ -32,7 +32,7 @@ def _qk_softmax_kernel(q_ptr, k_ptr, p_ptr, S, D, scale,
                      mask=mask_n[None, :] & (offs_d[:, None] < D), other=0.0)
         # PRECISION: "bf16x6" on a GPU (each fp32 operand split into three bf16 parts, six tensor-core
         # products): fp32-level error at tensor-core speed, more accurate and faster than "tf32x3"
-        # on H100 (tests/gpu/solution_speed.py). "ieee" in the CPU interpreter, which has no bf16x6.
+        # on H100 (tests/benchmarks/diagnostics/solution_speed.py). "ieee" in the CPU interpreter, which has no bf16x6.
         s = tl.dot(q, kt, input_precision=PRECISION) * scale
         tl.store(p_base + offs_m[:, None] * S + offs_n[None, :], s, mask=mask_m[:, None] & mask_n[None, :])
         s = tl.where(mask_n[None, :], s, float("-inf"))

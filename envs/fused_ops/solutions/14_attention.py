@@ -30,7 +30,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, S, D, scale,
                      mask=mask_n[None, :] & mask_d[:, None], other=0.0)
         # PRECISION: "bf16x6" on a GPU (each fp32 operand split into three bf16 parts, six tensor-core
         # products): fp32-level error at tensor-core speed, more accurate and faster than "tf32x3"
-        # on H100 (tests/gpu/solution_speed.py). "ieee" in the CPU interpreter, which has no bf16x6.
+        # on H100 (tests/benchmarks/diagnostics/solution_speed.py). "ieee" in the CPU interpreter, which has no bf16x6.
         s = tl.dot(q, kt, input_precision=PRECISION) * scale
         s = tl.where(mask_n[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))

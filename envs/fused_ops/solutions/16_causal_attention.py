@@ -16,7 +16,7 @@ def _attn_step(q, k_ptrs, v_ptrs, m_i, l_i, acc, offs_m, offs_n, S, scale, mask_
     kt = tl.load(k_ptrs, mask=mask_n[None, :] & mask_d[:, None], other=0.0)
     # PRECISION: "bf16x6" on a GPU (each fp32 operand split into three bf16 parts, six tensor-core
     # products): fp32-level error at tensor-core speed, more accurate and faster than "tf32x3"
-    # on H100 (tests/gpu/solution_speed.py). "ieee" in the CPU interpreter, which has no bf16x6.
+    # on H100 (tests/benchmarks/diagnostics/solution_speed.py). "ieee" in the CPU interpreter, which has no bf16x6.
     s = tl.dot(q, kt, input_precision=PRECISION) * scale
     if MASKED:
         s = tl.where(mask_n[None, :] & (offs_n[None, :] <= offs_m[:, None]), s, float("-inf"))

@@ -54,7 +54,7 @@ def _rows_max_kernel(part_ptr, y_ptr, M, T, BLOCK_R: tl.constexpr, BLOCK_T: tl.c
 def _gemm_blocks(M, N):
     # fp32-accurate tensor cores (tl.dot with input_precision="tf32x3": three TF32 products of the
     # operands' high and low parts). 128x128x64 tiles, 8 warps, 3 stages were the fastest tiling on
-    # H100 with both operands K-contiguous, about 1.7x cuBLAS fp32 (tests/gpu/gemm_sweep.py); small
+    # H100 with both operands K-contiguous, about 1.7x cuBLAS fp32 (tests/benchmarks/diagnostics/gemm_sweep.py); small
     # problems get smaller power-of-two tiles (>= 16 for tl.dot) and still several tiles.
     block_m = max(16, min(128, triton.next_power_of_2(M) // 2))
     block_n = max(16, min(128, triton.next_power_of_2(N) // 2))

@@ -4,7 +4,7 @@ operands K-contiguous.
 fp32-accurate tensor cores: ``tl.dot(..., input_precision="tf32x3")`` splits each operand into a TF32
 high and low part and adds three tensor-core products (hi*hi + hi*lo + lo*hi), with an error close to
 fp32's. Hopper's TF32 tensor-core instruction wants both operands K-contiguous; B (K, N) is not, and
-the GEMM reading it directly ran at about 0.6x the speed (tests/gpu/gemm_sweep.py), while the
+the GEMM reading it directly ran at about 0.6x the speed (tests/benchmarks/diagnostics/gemm_sweep.py), while the
 transpose costs about 3% of the GEMM."""
 import torch
 import torch.nn as nn
@@ -71,7 +71,8 @@ class ModelNew(nn.Module):
         _transpose_kernel[(triton.cdiv(K, TR), triton.cdiv(N, TC))](B, Bt, K, N, BLOCK_R=TR, BLOCK_C=TC,
                                                                    num_warps=4)
         C = torch.empty((M, N), device=A.device, dtype=A.dtype)
-        # 128x128x64 tiles, 8 warps, 3 stages: fastest tf32x3 tiling on H100 (tests/gpu/gemm_sweep.py).
+        # 128x128x64 tiles, 8 warps, 3 stages: fastest tf32x3 tiling on H100
+        # (tests/benchmarks/diagnostics/gemm_sweep.py).
         BM, BN, BK = _tile(M, 128), _tile(N, 128), _tile(K, 64)
         grid = (triton.cdiv(M, BM) * triton.cdiv(N, BN),)
         _matmul_nt_kernel[grid](A, Bt, C, M, N, K, A.stride(0), Bt.stride(0), C.stride(0),

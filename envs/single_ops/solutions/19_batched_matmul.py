@@ -4,7 +4,7 @@ batched tiled GEMM (grid axis 1 is the batch) reads both operands K-contiguous.
 fp32-accurate tensor cores: ``tl.dot(..., input_precision="tf32x3")`` (three TF32 products of the
 operands' high and low parts, error close to fp32's). Hopper's TF32 tensor-core instruction wants
 both operands K-contiguous; reading B[b] (K, N) directly ran at about 0.6x the speed
-(tests/gpu/gemm_sweep.py), far more than the transpose costs."""
+(tests/benchmarks/diagnostics/gemm_sweep.py), far more than the transpose costs."""
 import torch
 import torch.nn as nn
 import triton
@@ -75,7 +75,8 @@ class ModelNew(nn.Module):
         _bt_transpose_kernel[(triton.cdiv(K, TR), triton.cdiv(N, TC), Bt_)](B, Bt, K, N, BLOCK_R=TR,
                                                                              BLOCK_C=TC, num_warps=4)
         C = torch.empty((Bt_, M, N), device=A.device, dtype=A.dtype)
-        # 128x128x64 tiles, 8 warps, 3 stages: fastest tf32x3 tiling on H100 (tests/gpu/gemm_sweep.py).
+        # 128x128x64 tiles, 8 warps, 3 stages: fastest tf32x3 tiling on H100
+        # (tests/benchmarks/diagnostics/gemm_sweep.py).
         BM, BN, BK = _tile(M, 128), _tile(N, 128), _tile(K, 64)
         grid = (triton.cdiv(M, BM) * triton.cdiv(N, BN), Bt_)
         _bmm_nt_kernel[grid](A, Bt, C, M, N, K, A.stride(0), A.stride(1), Bt.stride(0), Bt.stride(1),

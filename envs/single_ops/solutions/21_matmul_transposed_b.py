@@ -2,7 +2,7 @@
 
 fp32-accurate tensor cores: ``tl.dot(..., input_precision="tf32x3")`` splits each operand into a TF32
 high and low part and adds three tensor-core products (hi*hi + hi*lo + lo*hi), with an error close to
-fp32's (about 0.01 of the suite's tolerance in tests/gpu/gemm_sweep.py). Hopper's TF32 tensor-core
+fp32's (about 0.01 of the suite's tolerance in tests/benchmarks/diagnostics/gemm_sweep.py). Hopper's TF32 tensor-core
 instruction wants both operands K-contiguous, which B (N, K) already is: no transpose is needed.
 Grouped tile order keeps GROUP_M row-tiles on the same B panel while it sits in L2."""
 import torch
@@ -55,7 +55,8 @@ class ModelNew(nn.Module):
         M, K = A.shape
         N = B.shape[0]                      # B is (N, K)
         C = torch.empty((M, N), device=A.device, dtype=A.dtype)
-        # 128x128x64 tiles, 8 warps, 3 stages: fastest tf32x3 tiling on H100 (tests/gpu/gemm_sweep.py).
+        # 128x128x64 tiles, 8 warps, 3 stages: fastest tf32x3 tiling on H100
+        # (tests/benchmarks/diagnostics/gemm_sweep.py).
         BM, BN, BK = _tile(M, 128), _tile(N, 128), _tile(K, 64)
         grid = (triton.cdiv(M, BM) * triton.cdiv(N, BN),)
         _matmul_nt_kernel[grid](A, B, C, M, N, K, A.stride(0), B.stride(0), C.stride(0),

@@ -20,7 +20,7 @@ once however often it is resent: ``POST /v1/jobs`` (idempotent by id), then long
   missing token) raises :class:`EnvironmentFailure` naming it; no answer within ``timeout_s`` raises
   :class:`EnvironmentFailure`. Never a kernel verdict.
 * **Results** arrive as standard JSON (NaN and infinities as listed strings,
-  :mod:`drkernel.env.service.codec`) and are decoded back to the ``EvalResult`` the server's grader
+  :mod:`drkernel.serve.codec`) and are decoded back to the ``EvalResult`` the server's grader
   returned. ``stats["cached"]`` counts answers from a server's result cache.
 * **Health**: ``/healthz`` of every server every ``health_interval_s``; a server that is not ready
   gets no new calls while another one is.
@@ -44,9 +44,9 @@ import httpx
 
 from drkernel.env.grader import GraderBase, Options
 from drkernel.env.result import EnvironmentFailure, EvalResult
-from drkernel.env.service.cli import TOKEN_ENV
-from drkernel.env.service.codec import decode_result
 from drkernel.env.task import Task, TaskError
+from drkernel.serve import TOKEN_ENV
+from drkernel.serve.codec import decode_result
 
 
 @dataclass

@@ -6,7 +6,7 @@ tensor cores) and ``"tf32x3"`` (each operand split into a TF32 high and low part
 products: hi*hi + hi*lo + lo*hi, error close to fp32). This sweep times both over a few tilings for
 every GEMM shape in the suites and reports the error in units of the grader's tolerance.
 
-    python tests/gpu/gemm_sweep.py --out sweep.json
+    python tests/benchmarks/diagnostics/gemm_sweep.py --out sweep.json
 """
 
 from __future__ import annotations

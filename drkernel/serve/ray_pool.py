@@ -101,7 +101,7 @@ class RayGrader(GraderBase):
                  runtime_env: dict[str, Any] | None = None, start_timeout_s: float = 300.0):
         import ray
 
-        from drkernel.env.service.cache import config_dict
+        from drkernel.serve.cache import config_dict
 
         config = (config or EvalConfig()).validate()
         if not ray.is_initialized():

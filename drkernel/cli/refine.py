@@ -1,4 +1,4 @@
-"""``drkernel refine`` / ``python examples/refine_loop.py``: sequential test-time scaling from the shell.
+"""``drkernel refine`` (also ``python examples/refine_loop.py``): sequential test-time scaling from the shell.
 
     python examples/refine_loop.py --base-url http://localhost:8000/v1 --model Qwen/Qwen3-8B \\
         --suite envs/single_ops --max-turns 5 --iterations 10 --remain-turns 4 --select best --out runs/tts
@@ -6,9 +6,12 @@
 Writes the resumable output directory of :mod:`drkernel.agent.scaling` (rerun the same command to
 continue a killed run), prints a per-turn table, and optionally exports SFT data (``--sft-out``).
 
-Exit codes: 0 when every task ran all its turns; 1 when some task stopped early (the generation
-server failed after its retries, or the grader broke): what finished is kept, rerun to continue;
-2 for unusable input (one line on stderr).
+Before anything is written, the endpoint of ``--base-url`` is asked for its model list: a server that
+does not answer exits 3 with one line naming the URL, and leaves no output directory behind.
+
+Exit codes (:mod:`drkernel.cli.common`): 0 when every task ran all its turns; 1 when some task
+stopped early (the generation server failed after its retries, or the grader broke): what finished
+is kept, rerun to continue; 2 for unusable input; 3 when the endpoint does not answer at the start.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ import os
 import sys
 from typing import Any
 
+from drkernel.cli.common import MissingExtra, ServiceUnavailable, UsageError, load_suite_arg, select_tasks_arg
 
-class UsageError(Exception):
-    """Unusable command-line input: one line on stderr, exit code 2."""
+PROG = "drkernel refine"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,8 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.add_argument("--no-plot", action="store_true", help="no summary.png")
     g = parser.add_argument_group("generation")
-    g.add_argument("--temperature", type=float, default=None)
-    g.add_argument("--top-p", type=float, default=None)
+    g.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the server's)")
+    g.add_argument("--top-p", type=float, default=None, help="nucleus sampling top-p (default: the server's)")
     g.add_argument("--max-tokens", type=int, default=None, help="reply token limit")
     g.add_argument("--timeout", type=float, default=600.0, help="seconds per request (default 600)")
     g.add_argument("--max-retries", type=int, default=3, help="request retries before failing (default 3)")
@@ -71,22 +74,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _load_tasks(args: argparse.Namespace) -> tuple[list[Any], Any, str]:
     """(tasks, suite or None, prompt template)."""
-    from drkernel.env.suite import SuiteError, load_suite
     from drkernel.env.task import Task, TaskError
 
     if bool(args.suite) == bool(args.task):
         raise UsageError("give exactly one of --suite DIR or --task FILE")
     if args.suite:
-        try:
-            suite = load_suite(args.suite)
-        except SuiteError as exc:
-            raise UsageError(str(exc)) from None
-        chosen = suite.select(args.tasks)
-        if not chosen:
-            raise UsageError(f"no task of suite {suite.id} matches {args.tasks!r}")
+        suite = load_suite_arg(args.suite)
+        chosen = select_tasks_arg(suite, args.tasks)
         return [t.task(suite.entry_point) for t in chosen], suite, suite.prompt_template
     if args.tasks:
-        raise UsageError("--tasks selects from a --suite")
+        raise UsageError("--tasks needs --suite (it selects tasks of a suite)")
     try:
         return [Task.from_file(p) for p in args.task], None, "triton_kernelbench"
     except TaskError as exc:
@@ -136,30 +133,32 @@ def _generate(args: argparse.Namespace, device: str) -> tuple[Any, Any]:
     if args.base_url:
         if not args.model:
             raise UsageError("--base-url needs --model NAME")
-        from drkernel.agent.openai_backend import OpenAIGenerate
+        from drkernel.agent.openai_backend import EndpointUnavailable, OpenAIGenerate
 
-        return OpenAIGenerate(args.base_url, args.model, api_key=args.api_key, timeout=args.timeout,
-                              max_retries=args.max_retries), None
+        generate = OpenAIGenerate(args.base_url, args.model, api_key=args.api_key, timeout=args.timeout,
+                                  max_retries=args.max_retries)
+        try:  # before anything is written: a dead endpoint leaves no empty run behind
+            generate.probe(timeout=min(10.0, args.timeout))
+        except EndpointUnavailable as exc:
+            raise ServiceUnavailable(f"the model endpoint {generate.base_url} does not answer ({exc.reason}); "
+                                     f"start the server (e.g. `vllm serve MODEL`) or fix --base-url") from None
+        except PermissionError as exc:
+            raise UsageError(f"the model endpoint {generate.base_url} refused the API key ({exc}): "
+                             f"set --api-key or $OPENAI_API_KEY") from None
+        return generate, None
     if not os.path.isdir(args.hf_model):
         raise UsageError(f"--hf-model: not a model directory: {args.hf_model}")
     try:
         from drkernel.local.hf_generate import HFGenerate
-    except ImportError as exc:
-        raise UsageError(f"--hf-model needs drkernel.local.hf_generate and transformers ({exc})") from None
+    except ModuleNotFoundError as exc:
+        raise MissingExtra("local", "--hf-model", exc.name) from None
     gen = HFGenerate(args.hf_model, device=device)
     return gen, getattr(gen, "tokenizer", None)
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run ``refine`` with parsed ``args``; returns the exit code (module doc)."""
-    try:
-        return _main(args)
-    except UsageError as exc:
-        print(f"drkernel refine: {exc}", file=sys.stderr)
-        return 2
-
-
-def _main(args: argparse.Namespace) -> int:
+    """Run ``refine`` with parsed ``args``; returns the exit code or raises the errors of
+    :mod:`drkernel.cli.common` (module doc)."""
     from drkernel.agent.context import approx_tokens, tokenizer_counter
     from drkernel.agent.episode import EpisodeConfig
     from drkernel.agent.scaling import ScalingConfig, format_table, refine
@@ -178,8 +177,8 @@ def _main(args: argparse.Namespace) -> int:
     if args.tokenizer:
         try:
             from transformers import AutoTokenizer
-        except ImportError:
-            raise UsageError("--tokenizer needs transformers") from None
+        except ModuleNotFoundError as exc:
+            raise MissingExtra("local", "--tokenizer", exc.name) from None
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     count = tokenizer_counter(tokenizer) if tokenizer is not None else approx_tokens
     sampling = _sampling(args)
@@ -210,18 +209,26 @@ def _main(args: argparse.Namespace) -> int:
         print(f"SFT: {n} dialogues -> {args.sft_out}")
     if report.errors:
         for task, err in sorted(report.errors.items()):
-            print(f"drkernel refine: {task}: {err}", file=sys.stderr)
-        print(f"drkernel refine: {len(report.errors)} task(s) stopped early; finished turns are kept in "
+            print(f"{PROG}: {task}: {err}", file=sys.stderr)
+        print(f"{PROG}: error: {len(report.errors)} task(s) stopped early; finished turns are kept in "
               f"{args.out}; rerun the same command to continue", file=sys.stderr)
         return 1
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="refine_loop.py", description=__doc__.split("\n\n")[0],
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """A standalone parser of the ``refine`` options (``examples/refine_loop.py``)."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     return parser
 
 
-__all__ = ["add_arguments", "main", "build_parser"]
+def run(argv: list[str] | None = None, prog: str = PROG) -> int:
+    """Parse ``argv`` and run under the error convention (what ``examples/refine_loop.py`` calls)."""
+    from drkernel.cli.common import run_command
+
+    return run_command(prog, main, build_parser(prog).parse_args(argv))
+
+
+__all__ = ["add_arguments", "main", "build_parser", "run"]

@@ -1,6 +1,6 @@
 """``drkernel serve`` on one CUDA machine against LocalGrader in-process, in one command:
 
-    python tests/gpu/service_bench.py --out /tmp/drkernel-gpu/service_bench.json
+    python tests/benchmarks/diagnostics/service_bench.py --out /tmp/drkernel-gpu/service_bench.json
 
 1. **Throughput.** The same kernels (honest ReLU over 16M floats and a 2k matmul from tests/gpu,
    distinct seeds, the full protocol: correctness, timing, profiling) graded ``--n`` times by
@@ -33,10 +33,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
-HERE = Path(__file__).resolve().parent
+HERE = ROOT / "tests" / "gpu"  # its tasks/ and candidates/
 
 DEVICE_ASSERT = '''
 import torch
@@ -132,7 +132,7 @@ def sequential(grader, work):
 def start_server(state: Path, port: int, args) -> subprocess.Popen:
     import httpx
 
-    cmd = [sys.executable, "-m", "drkernel.env.service", "--device", args.device, "--port", str(port),
+    cmd = [sys.executable, "-m", "drkernel", "serve", "--device", args.device, "--port", str(port),
            "--state-dir", str(state), "--no-cache", "--log-level", "warning"]
     if args.device == "cpu":
         cmd.append("--cpu-fast")
@@ -170,7 +170,7 @@ def main(argv=None) -> int:
 
     from drkernel.env.config import EvalConfig, cpu_fast
     from drkernel.env.grader import LocalGrader
-    from drkernel.env.service.remote import RemoteGrader
+    from drkernel.serve.remote import RemoteGrader
     cuda = args.device == "cuda"
     assert torch.cuda.is_available() or not cuda, "needs a CUDA device (or --device cpu for a smoke run)"
     pairs = kernels() if cuda else cpu_kernels()

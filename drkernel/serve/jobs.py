@@ -11,7 +11,7 @@ A job moves ``queued -> running -> done | failed``. Two rules give exactly-once 
   after grading but before the answer was read, or the server restarted mid-evaluation) still has
   exactly one stored answer, and every reader sees that one.
 
-Results are stored as standard JSON (:mod:`drkernel.env.service.codec`: NaN and infinities become
+Results are stored as standard JSON (:mod:`drkernel.serve.codec`: NaN and infinities become
 strings listed under ``"nonfinite"``), so every stored answer can be sent as it is.
 
 Execution itself is at-least-once (a job running when the server died runs again after the
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drkernel.env.service.codec import encode_result
+from drkernel.serve.codec import encode_result
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
 TERMINAL = (DONE, FAILED)
@@ -66,7 +66,7 @@ class Job:
     state: str
     request: dict[str, Any]
     result: dict[str, Any] | None = None
-    """The EvalResult as a dict (``state == "done"``), encoded by :func:`~drkernel.env.service.codec.encode_result`."""
+    """The EvalResult as a dict (``state == "done"``), encoded by :func:`~drkernel.serve.codec.encode_result`."""
     error: dict[str, Any] | None = None
     """``{"status": 422|503, "type": "task_error"|"environment_failure", "message": ...}`` (``failed``)."""
     attempts: int = 0

@@ -1,6 +1,6 @@
 """Repeat the timing of one candidate N times (fresh seeds) and report the spread.
 
-    python tests/gpu/timing_spread.py --task T.py --candidate C.py --repeats 10 [--out spread.json]
+    python tests/benchmarks/diagnostics/timing_spread.py --task T.py --candidate C.py --repeats 10 [--out spread.json]
 """
 
 import argparse

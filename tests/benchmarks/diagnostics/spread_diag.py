@@ -1,6 +1,6 @@
 """Where does the timing spread between evaluations come from? One kernel, graded repeatedly, several ways.
 
-    python tests/gpu/spread_diag.py [--task 18_matmul_square] [--repeat 10] [--out spread_diag.json]
+    python tests/benchmarks/diagnostics/spread_diag.py [--task 18_matmul_square] [--repeat 10] [--out spread_diag.json]
 
 Arms (each ``--repeat`` sequential evaluations of the suite's solution, fresh seeds):
 
@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 

@@ -49,9 +49,9 @@ from typing import Any, Sequence
 
 from drkernel.env.grader import GraderBase, Options
 from drkernel.env.result import EvalResult
-from drkernel.env.service.codec import decode_result, encode_result
-from drkernel.env.service.jobs import open_db
 from drkernel.env.task import Task
+from drkernel.serve.codec import decode_result, encode_result
+from drkernel.serve.jobs import open_db
 
 #: ``failure_kind``s that are the candidate's own doing: verdicts ending in them are reused.
 CANDIDATE_FAILURE_KINDS = frozenset({"crash", "memory", "flood"})
@@ -142,7 +142,7 @@ def cache_key(task_code: str, entry_point: str, candidate_code: str, seed: int |
 
 class ResultCache:
     """Verdicts by key in SQLite (``path=":memory:"`` for a process-local cache), stored as
-    standard JSON (:func:`~drkernel.env.service.codec.encode_result`).
+    standard JSON (:func:`~drkernel.serve.codec.encode_result`).
 
     ``max_entries`` bounds the table: past it, the least recently used tenth is dropped. Only
     reusable verdicts go in: :meth:`put` ignores a result :func:`transient_reason` rejects, and

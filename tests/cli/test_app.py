@@ -1,4 +1,5 @@
-"""`drkernel eval-kernel`: exit 0 whenever the evaluation ran, 2 with a one-line reason for bad input."""
+"""The ``drkernel`` parser and its one error convention; ``drkernel eval-kernel``: exit 0 whenever the
+evaluation ran, 2 with a one-line reason for bad input."""
 
 import json
 import subprocess
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-FIX = Path(__file__).parent / "env" / "fixtures"
+FIX = Path(__file__).resolve().parents[1] / "env" / "fixtures"
 TASK = FIX / "tasks" / "relu.py"
 HONEST = FIX / "candidates" / "honest" / "relu_basic.py"
 
@@ -85,7 +86,7 @@ def test_help_lists_every_command_without_importing_torch():
 def test_python_dash_m_drkernel_runs_the_cli(tmp_path):
     p = subprocess.run([sys.executable, "-m", "drkernel", "eval-kernel", "--task", str(tmp_path / "x.py"),
                         "--candidate", str(HONEST)], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 2 and p.stderr.startswith("drkernel: error: task file not found")
+    assert p.returncode == 2 and p.stderr.startswith("drkernel eval-kernel: error: task file not found")
 
 
 COMMAND_MODULE = '''
@@ -126,15 +127,22 @@ def fake_commands(tmp_path, monkeypatch):
     return app
 
 
-def test_lazy_command_delegates_with_the_exit_codes(fake_commands, capsys):
+def test_lazy_command_delegates_with_the_exit_codes(fake_commands, capsys, monkeypatch):
     main = fake_commands.main
+    monkeypatch.delenv("DRKERNEL_DEBUG", raising=False)
     assert main(["ok", "--n", "7"]) == 7
     assert main(["ok", "--n", "1", "--fail", "usage"]) == 2
-    assert capsys.readouterr().err == "drkernel: error: bad --n\n"
+    assert capsys.readouterr().err == "drkernel ok: error: bad --n\n"
     assert main(["ok", "--n", "1", "--fail", "env"]) == 3
-    assert capsys.readouterr().err == "drkernel: environment failure: no GPU\n"
-    with pytest.raises(ZeroDivisionError):
-        main(["ok", "--n", "1", "--fail", "bug"])
+    assert capsys.readouterr().err == "drkernel ok: error: environment failure: no GPU\n"
+    assert main(["ok", "--n", "1", "--fail", "bug"]) == 1  # a runtime error: one line, no traceback
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("drkernel ok: error: ZeroDivisionError: a bug is a traceback")
+    assert "DRKERNEL_DEBUG=1" in err
+    monkeypatch.setenv("DRKERNEL_DEBUG", "1")
+    assert main(["ok", "--n", "1", "--fail", "bug"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and err.rstrip().endswith("a bug is a traceback")
     with pytest.raises(SystemExit) as exc:
         main(["ok"])  # its own arguments are parsed: --n is required
     assert exc.value.code == 2
@@ -149,11 +157,11 @@ def test_missing_command_module_is_listed_and_exits_2_with_one_line(fake_command
     assert main(["gone", "--any", "args", "-x"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert "'gone' needs module drkernel.no_such_package.cli" in err and "pip install 'drkernel[train]'" in err
+    assert "'gone' needs module drkernel.no_such_package.cli" in err and "pip install -e '.[train]'" in err
     assert main(["needs", "--help"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert "'needs' needs the package 'no_such_dependency_pkg'" in err and "drkernel[serve]" in err
+    assert "'needs' needs the package 'no_such_dependency_pkg'" in err and "'.[serve]'" in err
     with pytest.raises(TypeError, match="fake_cmd_not_a_command is not a drkernel command module"):
         main(["odd"])
 
@@ -163,3 +171,34 @@ def test_command_in():
 
     assert command_in(["-h"]) is None and command_in(["bench", "--suite", "x"]) == "bench"
     assert command_in(["--", "bench"]) is None
+
+
+def test_error_classes_map_to_the_documented_exit_codes(capsys):
+    from drkernel.cli.common import JobFailed, MissingExtra, ServiceUnavailable, UsageError, run_command
+
+    def raising(exc):
+        def run(args):
+            raise exc
+        return run
+
+    assert run_command("drkernel x", raising(UsageError("bad value")), None) == 2
+    assert run_command("drkernel x", raising(MissingExtra("train", "the verl backend", "omegaconf")), None) == 2
+    assert run_command("drkernel x", raising(ServiceUnavailable("http://h:1/v1 does not answer")), None) == 3
+    assert run_command("drkernel x", raising(JobFailed("2 tasks failed")), None) == 1
+    assert run_command("drkernel x", lambda args: None, None) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["drkernel x: error: bad value",
+                     "drkernel x: error: the verl backend needs the 'train' extra (no module 'omegaconf'): "
+                     "pip install -e '.[train]'",
+                     "drkernel x: error: http://h:1/v1 does not answer",
+                     "drkernel x: error: 2 tasks failed"]
+
+
+def test_the_convention_is_documented():
+    from drkernel.cli import common
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for text in (common.__doc__, readme):
+        assert "DRKERNEL_DEBUG=1" in text
+        for code in ("0", "1", "2", "3"):
+            assert f"\n{code} " in text or f"| {code} |" in text or f"`{code}`" in text, code

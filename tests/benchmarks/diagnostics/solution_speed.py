@@ -12,7 +12,7 @@ with the same init seed, checks the output once, then times both, interleaved, u
 
 It also reports the host time of one call without any synchronisation (the launch path alone).
 
-    python tests/gpu/solution_speed.py --suite envs/single_ops --tasks '0*' --out speed.json
+    python tests/benchmarks/diagnostics/solution_speed.py --suite envs/single_ops --tasks '0*' --out speed.json
 """
 
 from __future__ import annotations

@@ -6,7 +6,14 @@
 Jobs and cached verdicts live in ``--state-dir`` (default ``./.drkernel-serve``: ``jobs.sqlite`` and
 ``cache.sqlite``): restarting the server with the same directory answers the jobs it accepted before
 and keeps its cached verdicts. ``--clear-cache`` empties the cache and exits; deleting the directory
-clears everything. Also runnable as ``python -m drkernel.env.service``.
+clears everything. Also runnable as ``python -m drkernel serve``. The service itself is
+:mod:`drkernel.serve`; this module only parses, builds it and runs it.
+
+Without a token (``--token`` or ``$DRKERNEL_SERVE_TOKEN``) the service runs open, and says so on
+stderr: anyone who reaches the port can submit code to run.
+
+Exit codes (:mod:`drkernel.cli.common`): 0 after a clean stop (or ``--clear-cache``); 2 for unusable
+arguments or a missing ``serve`` extra; 3 for ``--device cuda`` without a visible GPU.
 """
 
 from __future__ import annotations
@@ -15,16 +22,17 @@ import argparse
 import json
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
-TOKEN_ENV = "DRKERNEL_SERVE_TOKEN"
+from drkernel.cli.common import MissingExtra, UsageError, notice
+from drkernel.serve import TOKEN_ENV
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``drkernel serve`` flags."""
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0: every interface)")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cpu: Triton interpreter; cuda: this machine's GPUs")
     parser.add_argument("--gpus", default=None,
@@ -56,16 +64,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="report ready without grading the probe kernel first")
     parser.add_argument("--grader", default=None, metavar="MODULE:FACTORY",
                         help="serve another Grader: FACTORY(config, capacity) -> Grader (default: LocalGrader)")
-    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
+                        help="server log level (default info)")
 
 
 def build_service(args: argparse.Namespace) -> Any:
     """The GradingService for parsed ``args`` (no server started)."""
     from drkernel.env.config import EvalConfig, cpu_fast
     from drkernel.env.grader import LocalGrader
-    from drkernel.env.service.app import GradingService, ServiceSettings
-    from drkernel.env.service.cache import ResultCache
-    from drkernel.env.service.jobs import JobStore
+    from drkernel.serve.app import GradingService, ServiceSettings
+    from drkernel.serve.cache import ResultCache
+    from drkernel.serve.jobs import JobStore
 
     overrides = json.loads(args.eval_options) if args.eval_options else {}
     if not isinstance(overrides, dict):
@@ -108,16 +117,14 @@ def _import_factory(spec: str) -> Any:
 def main(args: argparse.Namespace) -> int:
     """Serve until interrupted. Unusable arguments raise ``UsageError`` (exit 2); no CUDA device for
     ``--device cuda`` raises ``EnvironmentFailure`` (exit 3)."""
-    from drkernel.cli.common import UsageError
-
     if args.clear_cache:
         return clear_cache(Path(args.state_dir))
     try:
         import uvicorn
 
-        from drkernel.env.service.app import create_app
-    except ImportError as exc:
-        raise UsageError(f"drkernel serve needs the 'serve' extra: pip install 'drkernel[serve]' ({exc})") from exc
+        from drkernel.serve.app import create_app
+    except ModuleNotFoundError as exc:
+        raise MissingExtra("serve", "drkernel serve", exc.name) from exc
     if args.gpus:
         if args.device != "cuda":
             raise UsageError("--gpus needs --device cuda")
@@ -125,7 +132,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         service = build_service(args)
     except (ValueError, TypeError) as exc:  # json.JSONDecodeError is a ValueError
-        raise UsageError(f"drkernel serve: {exc}") from exc
+        raise UsageError(str(exc)) from exc
     if args.device == "cuda":
         import torch
 
@@ -134,6 +141,9 @@ def main(args: argparse.Namespace) -> int:
         if not torch.cuda.is_available():
             raise EnvironmentFailure(f"--device cuda but no CUDA device is visible "
                                      f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
+    if not service.settings.token:
+        notice("drkernel serve", f"no token: the service runs open (no auth) on {args.host}:{args.port}; "
+                                 f"set ${TOKEN_ENV} or pass --token to require a bearer token")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     uvicorn.run(create_app(service), host=args.host, port=args.port, log_level=args.log_level)
     return 0
@@ -142,7 +152,7 @@ def main(args: argparse.Namespace) -> int:
 def clear_cache(state_dir: Path) -> int:
     """``drkernel serve --clear-cache``: empty ``state_dir``'s result cache (a running server's too:
     SQLite shares the file); jobs and their answers stay."""
-    from drkernel.env.service.cache import ResultCache
+    from drkernel.serve.cache import ResultCache
 
     path = state_dir / "cache.sqlite"
     if not path.exists():
@@ -156,21 +166,4 @@ def clear_cache(state_dir: Path) -> int:
     return 0
 
 
-def run(argv: list[str] | None = None) -> int:
-    """``python -m drkernel.env.service``: the same exit codes as ``drkernel serve``."""
-    from drkernel.cli.common import UsageError, first_line
-    from drkernel.env.result import EnvironmentFailure
-
-    parser = argparse.ArgumentParser(prog="drkernel serve", description=__doc__.split("\n")[0])
-    add_arguments(parser)
-    try:
-        return main(parser.parse_args(argv))
-    except UsageError as exc:
-        print(f"drkernel serve: error: {first_line(exc)}", file=sys.stderr)
-        return 2
-    except EnvironmentFailure as exc:
-        print(f"drkernel serve: environment failure: {first_line(exc)}", file=sys.stderr)
-        return 3
-
-
-__all__ = ["add_arguments", "main", "build_service", "clear_cache", "run", "TOKEN_ENV"]
+__all__ = ["add_arguments", "main", "build_service", "clear_cache", "TOKEN_ENV"]

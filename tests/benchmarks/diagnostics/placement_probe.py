@@ -1,6 +1,6 @@
 """Is the timing spread between evaluations a memory-placement effect? One process, three experiments.
 
-    python tests/gpu/placement_probe.py [--task 18_matmul_square] [--rounds 10] [--calls 50]
+    python tests/benchmarks/diagnostics/placement_probe.py [--task 18_matmul_square] [--rounds 10] [--calls 50]
 
 Each round times the suite's reference and solution interleaved (``--calls`` pairs, the grader's
 flush-then-events protocol) and reports the speedup of medians.
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def load(path: Path):

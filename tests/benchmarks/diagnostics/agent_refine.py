@@ -1,7 +1,8 @@
 """The scripted test-time-scaling run, end to end through the real CLI and the real grader.
 
-    python tests/gpu/agent_refine.py --device cuda --out /tmp/agent_refine      # GPU box, no internet
-    python tests/gpu/agent_refine.py --device cpu --tasks 01_relu,06_hardtanh --max-turns 2   # CPU (CI, slow)
+    python tests/benchmarks/diagnostics/agent_refine.py --device cuda --out /tmp/agent_refine   # GPU box, offline
+    python tests/benchmarks/diagnostics/agent_refine.py --device cpu --tasks 01_relu,06_hardtanh --max-turns 2
+                                                                # CPU (CI, slow)
 
 A loopback OpenAI-compatible server (tests/agent/scripted_server.py) plays a scripted model over
 suite tasks: task k's first reply is a wrong kernel (its reference solution with the output
@@ -28,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 from drkernel.env.suite import load_suite  # noqa: E402

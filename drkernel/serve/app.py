@@ -11,17 +11,17 @@ Request path::
     GET /v1/jobs/{id}[?wait=S] reads the stored answer (long-polls up to S seconds);
     POST /v1/evaluate waits for it and answers the EvalResult (422 unusable task, 503 environment).
 
-Every result leaves as standard JSON (:mod:`drkernel.env.service.codec`: NaN and infinities as
+Every result leaves as standard JSON (:mod:`drkernel.serve.codec`: NaN and infinities as
 strings listed under ``"nonfinite"``), with ``cached`` (answered from the result cache or a
 concurrent identical job) and ``transient`` (None, or why the outcome was not cached).
 
-Transient outcomes (:func:`~drkernel.env.service.cache.transient_reason`: a worker killed from
+Transient outcomes (:func:`~drkernel.serve.cache.transient_reason`: a worker killed from
 outside, a broken reply, a timeout) are never cached and never handed to a concurrent identical
 job; the job is evaluated again up to ``transient_retries`` times first (worker deaths come in
 bursts: an OOM kill, spares killed together), a timeout at most once and only when other
 evaluations ran beside it (that is load; a timeout alone is the kernel's hang, answered as it is).
 
-Exactly once: see :mod:`drkernel.env.service.jobs`. On start the service re-queues every job the
+Exactly once: see :mod:`drkernel.serve.jobs`. On start the service re-queues every job the
 store holds as queued or running, so a killed and restarted server answers what it accepted; a job
 whose evaluation was started ``max_attempts`` times without an answer (it keeps killing the server)
 fails as an environment failure instead of looping.
@@ -51,11 +51,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from drkernel.env.config import EvalConfig
 from drkernel.env.result import EnvironmentFailure, EvalResult
-from drkernel.env.service.cache import ResultCache, cache_key, config_dict, grader_version, runtime_identity, \
-    transient_reason
-from drkernel.env.service.codec import decode_result, encode_result
-from drkernel.env.service.jobs import DONE, FAILED, Job, JobConflict, JobStore
 from drkernel.env.task import Task, TaskError
+from drkernel.serve.cache import ResultCache, cache_key, config_dict, grader_version, runtime_identity, \
+    transient_reason
+from drkernel.serve.codec import decode_result, encode_result
+from drkernel.serve.jobs import DONE, FAILED, Job, JobConflict, JobStore
 
 log = logging.getLogger("drkernel.serve")
 

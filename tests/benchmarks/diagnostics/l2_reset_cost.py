@@ -5,7 +5,7 @@ suite solutions, queued-flush protocol as in drkernel/env/timing.py, with each w
 nothing, ``cudaDeviceGetLimit`` only, ``cudaDeviceSetLimit(PersistingL2CacheSize, 0)``,
 ``cudaCtxResetPersistingL2Cache``, and the grader's own resetter.
 
-    python tests/gpu/l2_reset_cost.py
+    python tests/benchmarks/diagnostics/l2_reset_cost.py
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "gpu"))
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # solution_speed, beside this file
 sys.path.insert(0, str(ROOT))
 
 from solution_speed import build_pair  # noqa: E402
