@@ -30,10 +30,11 @@ def grpo_advantages(
 
     std_S is the unbiased (|S|-1) std; a std below eps is replaced by 1 so that a constant
     group gives exactly 0 rather than amplified round-off. A singleton cell (|S| = 1) uses
-    mean 0 and std 1, i.e. A = G (reference §1.5). Masked cells get 0.
+    mean 0 and std 1, i.e. A = G (as Dr. Kernel's GRPO does). Masked cells get 0.
 
     Because G_i sits in its own baseline, E[grad log pi(y_i) A_i] = (|S|-1)/|S| * grad J: the
-    estimate is biased towards 0, more so in small cells (reference §1.6). TRLOO removes this.
+    estimate is biased towards 0, more so in small cells (for |S| = 4 the expected gradient is
+    scaled by 0.75; for |S| = 1 it is 0). TRLOO removes this.
 
     Args:
         turn_rewards: float ``(N, T)``.

@@ -13,9 +13,9 @@ def discounted_returns(
     """Reward-to-go over turns: G_{i,t} = sum_{k >= t, mask[i,k]} gamma^(k-t) r_{i,k}.
 
     Computed backwards as G_{i,T-1} = r_{i,T-1}, G_{i,t} = r_{i,t} + gamma * G_{i,t+1}, with the
-    reward of a masked turn counted as 0 (Dr. Kernel zeroes the rewards of ``loss_mask=0`` rows
-    before the returns, reference §1.1). A masked cell's own G is not meaningful; the estimators
-    set its advantage to 0.
+    reward of a masked turn counted as 0 (Dr. Kernel's training code zeroes the rewards of
+    ``loss_mask=0`` rows before computing the returns). A masked cell's own G is not
+    meaningful; the estimators set its advantage to 0.
 
     Args:
         turn_rewards: float ``(N, T)``, reward r_{i,t} of turn t of trajectory i.

@@ -6,7 +6,7 @@ Two layouts are supported, both fully vectorised:
    :func:`token_level_advantages` sums each turn's token rewards into r_{i,t}, calls the
    estimator, and writes A_{i,t} back onto that turn's tokens.
 2. **Turn rows** (one row per (trajectory, turn), as Dr. Kernel's verl code flattens rollouts,
-   reference §0 step 3 and §1.3): :func:`row_level_advantages` gathers the rows into
+   missing turns front-padded): :func:`row_level_advantages` gathers the rows into
    ``(N, T)``, calls the estimator and returns one advantage per row. Multiply by the row's
    ``response_mask`` to get token advantages.
 
@@ -139,7 +139,8 @@ def token_level_advantages(
         max_turns: T; default ``max(tok_turn_index) + 1``.
         turn_mask: optional bool ``(N, T)`` deciding which turns enter the groups. Default: a turn
             is valid iff it has a trained token. Pass the pre-rejection mask here to keep turns
-            rejected by MRS/PRS in their peers' baselines, as Dr. Kernel does (reference §1.2),
+            rejected by MRS/PRS in their peers' baselines, as Dr. Kernel does (it groups by
+            ``loss_mask``, not by the rejection-modified response mask),
             while ``tok_mask`` (post-rejection) still zeroes their own tokens.
         **knobs: extra keyword arguments for the estimator (e.g. ``norm_by_std=True``).
 

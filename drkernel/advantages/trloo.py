@@ -52,7 +52,7 @@ def trloo_advantages(
         ValueError: shapes disagree, ``len(group_ids) != N``, ``turn_mask`` is not bool,
             NaN/inf reward in a valid cell, gamma outside [0, 1].
 
-    Worked example (reference §1.4; gamma = 1, one group, T = 3, D's turn 2 masked)::
+    Worked example (gamma = 1, one group, T = 3, D's turn 2 masked)::
 
         traj  r1   r2   r3    G1   G2   G3     A1      A2     A3
         A     0    1.0  1.5   2.5  2.5  1.5   +0.433  +1.10  +0.533

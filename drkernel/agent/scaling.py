@@ -1,6 +1,7 @@
 """Sequential test-time scaling: revise a kernel over many turns, keeping R turns of context.
 
-Per task (reference §6.4, with its bugs fixed)::
+Per task (Dr. Kernel's multi-iteration scaling, with two flaws of its published code fixed: it
+kept only the first message, dropping any system message, and a contiguous window of turns)::
 
     iteration 0:        an episode of M turns from the first prompt
     iteration i >= 1:   keep R earlier turns (select), play M - R new turns after them
@@ -191,7 +192,7 @@ def _metrics(turns: Sequence[Turn | None]) -> dict[str, Any]:
     out: dict[str, Any] = {"num_tasks": n}
     out["correct_rate"] = len(passed) / n if n else None
     for p in FAST_P:
-        # Fast@p over all tasks: passing and s >= p (incorrect counts as not fast), reference §7
+        # Fast@p over all tasks: passing and s >= p (incorrect counts as not fast), as in the paper
         out[f"fast@{p:g}"] = sum(1 for s in speeds if s >= p) / n if n else None
     out["hack_rate"] = sum(1 for t in present if t.result is not None and t.result.hacked) / n if n else None
     out["mean_speedup"] = sum(speeds) / len(speeds) if speeds else None  # over passing kernels

@@ -2,8 +2,8 @@
 
 Notation used for shapes (all modules of ``drkernel.correction``):
 
-- ``N``: rows. One row is one turn of one trajectory (reference §0: the rollout is flattened to
-  one row per (sample, turn)). Single-turn data is the special case of one row per trajectory.
+- ``N``: rows. One row is one turn of one trajectory (Dr. Kernel's trainer flattens the rollout
+  to one row per (sample, turn)). Single-turn data is the special case of one row per trajectory.
 - ``L``: padded response length of a row (tokens).
 - ``J``: number of distinct trajectories among the rows.
 

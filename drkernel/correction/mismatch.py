@@ -4,12 +4,12 @@
 
 1. rejection sampling (``rejection.rejection_mask``, mode ``config.rs``), if ``rs`` is set;
 2. the per-turn token veto (``rejection.token_veto_mask``), if ``token_veto`` is set. The veto is
-   applied whether or not RS is on. (In the reference, the modified mask was written back only when
-   RS or coverage RS was on, so a veto alone was silently ignored: reference §2.2. Not here.)
+   applied whether or not RS is on. (Dr. Kernel's trainer writes the modified mask back only when
+   RS or coverage RS is on, so a veto alone is silently ignored there. Not here.)
 3. truncated importance weights (``importance.truncated_importance_weights``), if ``is_level`` is
    set, multiplied by the final mask.
 
-The Dr. Kernel recipe (reference §8.1) is the default config: trajectory-level geometric RS with
+The Dr. Kernel recipe is the default config: trajectory-level geometric RS with
 [0.999, 1.001], veto at 1e-4, no importance weights.
 """
 
@@ -29,7 +29,8 @@ __all__ = ["MismatchConfig", "apply_mismatch_correction"]
 
 @dataclass
 class MismatchConfig:
-    """Mismatch correction settings. Defaults are the Dr. Kernel recipe (reference §8.1)."""
+    """Mismatch correction settings. Defaults are the Dr. Kernel recipe (geometric RS in
+    [0.999, 1.001], token veto 1e-4, no importance weights)."""
 
     rs: str | None = "geometric"
     """Rejection mode: one of ``token``, ``turn``, ``turn_geo``, ``sequence``, ``geometric``; None = off."""

@@ -1,7 +1,7 @@
 """Mismatch rejection sampling (MRS): drop tokens, turns or trajectories whose ratio is off.
 
 With ``log rho_t = clamp(log pi_old_t - log mu_t, -20, 20)`` and valid tokens ``m_t``, a unit is
-kept iff ``L <= w <= U`` (reference §2.1), where
+kept iff ``L <= w <= U`` (deterministically), where
 
 | mode          | unit                                    | w                                                |
 | ------------- | --------------------------------------- | ------------------------------------------------ |
@@ -18,10 +18,11 @@ decision is deterministic. The Dr. Kernel recipe: ``geometric`` with [0.999, 1.0
 trajectory only if ``|mean log rho| <~ 1e-3``.
 
 Empty units. A row or trajectory with no valid token (padding, ``loss_mask = 0``) has nothing to
-reject: it is reported as kept and left out of every metric denominator. (The reference divides by
-``count + 1e-8``, which gives ``w ~ 1`` and the same outcome; here ``w = 1`` exactly.)
+reject: it is reported as kept and left out of every metric denominator. (Dr. Kernel's code
+divides by ``count + 1e-8``, which gives ``w ~ 1`` and the same outcome; here ``w = 1`` exactly.)
 
-The per-turn token veto (reference §2.2) lives here too: ``token_veto_mask``.
+The per-turn token veto (a row is dropped if any valid token has ``rho_t < tau``) lives here
+too: ``token_veto_mask``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Policy losses for the actor update (reference §2.5): dual-clip PPO with asymmetric bounds and
+"""Policy losses for the actor update: dual-clip PPO with asymmetric bounds and
 the loss aggregation modes. Pure functions of tensors; torch only."""
 
 from . import policy

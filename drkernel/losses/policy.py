@@ -1,4 +1,4 @@
-"""Dual-clip PPO policy loss with asymmetric bounds, and loss aggregation (reference §2.5).
+"""Dual-clip PPO policy loss with asymmetric bounds, and loss aggregation.
 
 Notation (shapes ``(N, L)``: N rows, L padded response tokens):
 
@@ -12,13 +12,13 @@ Per token (dual-clip PPO, Ye et al. 2020; Dr. Kernel recipe eps_low 0.2, eps_hig
 
     L1 = -A r,   L2 = -A clip(r, 1 - eps_low, 1 + eps_high),   l = max(L1, L2)
     l  = min(l, -A c)    where A < 0          (dual clip: bounds the loss of a huge ratio)
-    l  = l * w_t         with truncated IS weights w_t, when given (reference §2.3)
+    l  = l * w_t         with truncated IS weights w_t = min(rho_t, U), when given (no gradient)
 
 then ``l`` is aggregated over tokens and rows (``agg_loss``) and divided by ``loss_scale_factor``.
 
 One optimizer step per rollout batch (the recipe) means ``pi_theta = pi_old`` at the update, so
-``r = 1`` and the clips never bind (reference §9.6); they matter with several mini-batches or
-epochs per batch.
+``r = 1`` and the clips never bind (so in Dr. Kernel's recipe they are inert); they matter with
+several mini-batches or epochs per batch.
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ _LOG_RATIO_BOUND = 20.0
 
 @dataclass
 class PolicyLossConfig:
-    """Policy-loss settings; defaults are the Dr. Kernel recipe (reference §8.1). The field names
+    """Policy-loss settings; defaults are the Dr. Kernel recipe (clip 0.2 / 0.28, dual clip 3,
+    seq-mean-token-sum / 1000, no extreme-risk masking). The field names
     are ``policy_loss``'s keyword arguments: ``policy_loss(..., **dataclasses.asdict(cfg))``."""
 
     clip_low: float = 0.2
@@ -289,7 +290,7 @@ def policy_loss(
     with ``l`` from ``ppo_clip_token_loss``, ``w`` the truncated IS weights (1 when None) and
     ``m' = m`` minus the extreme-risk tokens (``log pi_old < ln tau`` and ``A < 0``) when
     ``extreme_risk_threshold`` tau is set: pushing down a token the policy already gives less than
-    tau only sharpens an already-unlikely choice (reference §2.5; off in the recipe). The
+    tau only sharpens an already-unlikely choice (Dr. Kernel's option; off in its recipe). The
     denominators still count those tokens, so masking them never rescales the others.
     For gradient accumulation over micro-batches pass the mini-batch's ``num_tokens`` /
     ``num_seqs`` and sum the micro-batch losses (``agg_loss`` explains why, and why no extra

@@ -41,7 +41,8 @@ import torch
 __all__ = ["FAST_THRESHOLDS", "kernel_metrics", "pass_at_k"]
 
 FAST_THRESHOLDS: tuple[float, ...] = (1.0, 1.2, 1.5, 2.0, 3.0)
-"""Default Fast@p thresholds (reference §7)."""
+"""Default Fast@p thresholds: the ones Dr. Kernel's metrics report (Fast@p counts a sample as fast
+iff it is correct and its speedup is >= p)."""
 
 
 def _ratio(num: torch.Tensor, den: torch.Tensor) -> list[float]:

@@ -12,9 +12,9 @@ Inputs (the fields of the kernel evaluation result, design.md "Kernel evaluation
 - ``compiled``: bool; only the tiered reward tells compile failures from wrong answers.
 
 A kernel passes when compiled and correct and not hacked; ``c`` is that verdict, and speedup and
-coverage only count for a passing kernel (the server reports ``s = 0`` otherwise, reference §3.2).
+coverage only count for a passing kernel (KernelGYM's server reports ``s = 0`` otherwise).
 
-Reward functions (reference §3.2; recipe values are the defaults):
+Reward functions (Dr. Kernel's three; the recipe's values are the defaults):
 
 - ``speedup_reward`` (the recipe, "calculate_reward_speedup")::
 
@@ -151,7 +151,7 @@ def speedup_reward(
     Returns:
         float for scalar inputs, else a float64 tensor of the broadcast shape.
 
-    Examples (reference §3.2, recipe defaults):
+    Examples (recipe defaults w_c = w_p = W_cov = 0.5, upper bound 3):
         correct, s = 2.0, cov = 0.6: 0.5 + 0.5*2.0 + 0.5*0.6 = 1.8;
         correct, s = 5.0, cov = 0.2: 0.5 + 0.5*3.0 + 0.5*0.2 = 2.1;
         correct, s = 0.4, cov = 0.0: 0.5 + 0.5*0.4 = 0.7; incorrect: 0.
@@ -261,7 +261,8 @@ def _knob_default(name: str) -> Any:
 @dataclass
 class RewardConfig:
     """Reward settings: the reward function's name plus that function's knobs. Defaults are the
-    Dr. Kernel recipe (reference §8.1: speedup reward + PR), read from the functions' signatures.
+    Dr. Kernel recipe (speedup reward + PR: 0.5 c + 0.5 min(s, 3) + 0.5 c cov), read from the
+    functions' signatures.
 
     One flat constructor takes the knobs of every built-in function (``RewardConfig(name="tiered",
     perf_degrade=-0.2)``); :meth:`knobs` picks the selected function's, and :meth:`node` is the

@@ -2,7 +2,7 @@
 
 A group is the set of samples of one prompt (one ``group_id``). With leave-one-out baselines a
 group whose rewards are all equal gives every sample a zero advantage, so it only costs compute.
-Stages (reference §4.4):
+Stages (Dr. Kernel's batch filter):
 
 1. **Low variance.** Drop a group if the unbiased std of its valid rewards is below ``std_threshold``
    (1e-3). A group with a single valid sample is not checked (its std is undefined) and is kept.
@@ -12,7 +12,7 @@ Stages (reference §4.4):
    (``generator``): complete groups (``target_group_size`` valid samples) first, then the others.
 
 Rewards are one per row: either one per (trajectory, turn) row, with group ids that the caller
-makes per turn if it wants (the reference's ``uid_t<turn>``), or one per trajectory. The recipe
+makes per turn if it wants (Dr. Kernel's ``uid_t<turn>``), or one per trajectory. The recipe
 uses the **last-turn view**: a trajectory's reward is that of its last real turn
 (``last_turn_rewards``; ``filter_groups_last_turn`` does both steps). The skip-and-buffer logic
 (too few groups: keep the batch for the next step) belongs to the trainer; the metric

@@ -3,7 +3,7 @@
 "Lazy optimisation" puts a trivial sub-op (a ReLU, a bias add) into Triton and leaves the heavy ops
 to PyTorch; the kernel is correct and maybe faster, but its Triton coverage ``cov`` (share of
 device time spent in the candidate's own Triton kernels) is small. PRS removes such turns from the
-loss stochastically (reference §4.1):
+loss stochastically:
 
     x_{i,t} = aggregated coverage (see modes)
     p_{i,t} = clamp((x_{i,t} - theta) / f, 0, 1)      (f = 0 or None: p = 1[x >= theta])
@@ -22,8 +22,8 @@ Modes:
 
 Recipe (theta 0.3, f 0.1, turn mode): a correct turn with coverage <= 0.30 is always dropped,
 >= 0.40 always kept, 0.35 kept with probability 0.5. Missing (NaN) coverage counts as 0. Rejected
-turns still count in the TRLOO baselines of their peers (reference §1.2); the caller multiplies the
-row's response mask by ``keep``.
+turns still count in the TRLOO baselines of their peers (as in Dr. Kernel); the caller multiplies
+the row's response mask by ``keep``.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ _LOG_BOUND = 20.0
 
 @dataclass
 class PRSConfig:
-    """PRS settings; defaults are the Dr. Kernel recipe (reference §8.1). The field names are
+    """PRS settings; defaults are the Dr. Kernel recipe (turn mode, threshold 0.3, factor 0.1, no
+    speedup override). The field names are
     ``prs_keep_mask``'s keyword arguments: ``prs_keep_mask(..., **dataclasses.asdict(cfg))``."""
 
     threshold: float = 0.3

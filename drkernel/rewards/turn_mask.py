@@ -1,4 +1,4 @@
-"""The multi-turn "meaningful turn" mask (reference §1.3, §4.3).
+"""The multi-turn "meaningful turn" mask (Dr. Kernel's ``loss_mask``).
 
 For trajectory i with turn rewards ``r_{i,1..T}``:
 

@@ -1,4 +1,4 @@
-"""The Dr. Kernel training step (reference §0, steps 4-10) as one pure function.
+"""The Dr. Kernel training step (from the loss mask to dropping dead rows) as one pure function.
 
 Both trainers (``drkernel.local`` and the verl integration) call :func:`dr_kernel_step` between
 the rollout (plus the trainer's recomputation of ``log pi_old``) and the actor update, so they
@@ -61,9 +61,9 @@ _INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 @dataclass
 class DrKernelStepConfig:
-    """Settings of :func:`dr_kernel_step`; defaults are the Dr. Kernel recipe (reference §8.1:
+    """Settings of :func:`dr_kernel_step`; defaults are the Dr. Kernel recipe:
     TRLOO, gamma 1, MRS geometric [0.999, 1.001] + veto 1e-4, no IS, PRS turn 0.3/0.1, group
-    filter on last-turn rewards with 16 prompts x 16 samples per step)."""
+    filter on last-turn rewards with 16 prompts x 16 samples per step."""
 
     estimator: str = "trloo"
     """Advantage estimator, by registry name (``drkernel.advantages.list_advantages()``)."""
@@ -245,7 +245,7 @@ def dr_kernel_step(
             without ``turn_correct``/``turn_coverage``, group ids of the new batch that repeat
             buffered ones, or a generator needed but not given.
 
-    Example (reference §1.4; one group of 4, T = 3, no mismatch, every correct turn with full
+    Example (one group of 4, T = 3, no mismatch, every correct turn with full
     coverage): rewards A [0, 1.0, 1.5], B [0, 0, 0], C [1.0, 1.2, 1.6], D [1.1, 0, 1.3]. D's
     turn 2 is a post-success regression: masked, reward zeroed. TRLOO then gives per-turn
     advantages A [0.433, 1.1, 0.533], B [-2.9, -2.65, -1.467], C [2.167, 1.55, 0.667],

@@ -1,8 +1,8 @@
-"""Layout converter: the reference's one-row-per-(trajectory, turn) batch <-> the step's layout.
+"""Layout converter: Dr. Kernel's one-row-per-(trajectory, turn) batch <-> the step's layout.
 
-Dr. Kernel's verl code flattens a rollout into one row per (sample, turn) (reference §0 step 3,
-§1.3): each row's response is that turn's tokens, ``turn_indices`` is 1-based with -1 on front
-padding rows. :func:`dr_kernel_step` wants one row per trajectory with a per-token turn index.
+Dr. Kernel's verl code flattens a rollout into one row per (sample, turn), missing turns
+front-padded: each row's response is that turn's tokens, ``turn_indices`` is 1-based with -1 on
+front padding rows. :func:`dr_kernel_step` wants one row per trajectory with a per-token turn index.
 :class:`TurnRowPacking` maps between the two without copying any logic: turn t of trajectory i
 becomes the token block ``[t L, (t + 1) L)`` of packed row i (R rows of L tokens -> N rows of
 T L tokens), per-row scalars become ``(N, T)`` cells, and results map back to rows.

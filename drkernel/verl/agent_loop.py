@@ -12,7 +12,8 @@ agent-loop workers and awaits :meth:`KernelAgentLoop.run`. The loop runs
 - each reply is capped at ``min(max_tokens_per_turn, what is left of rollout.response_length)``:
   verl never has to cut a response, and when no room is left the episode simply ends there (its
   turns so far are kept and trained, instead of training on a context different from the one
-  that was sampled; reference §9.18);
+  that was sampled: Dr. Kernel's code left-truncates long training prompts, so its log-probs
+  were recomputed on a shorter context than vLLM sampled from);
 - grading goes through the ``Grader`` protocol chosen by ``drkernel.grader.kind``;
 - testing only (``drkernel.agent.solution_mix`` > 0, default 0): some episodes answer with the
   suite's bundled solution instead of sampling (:func:`solution_turns`), so that an untrained

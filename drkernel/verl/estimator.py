@@ -14,7 +14,7 @@ turn structure, so this adapter recovers it from the token layout:
 Recovering turns from the mask assumes nothing zeroed tokens inside a turn. verl's token-level
 rollout rejection does; a row it rejects entirely simply drops out of the groups. The shipped
 config turns verl's rollout correction off and runs MRS in drkernel's trainer instead, which reads
-``tok_turn_index`` and keeps rejected rows in their peers' baselines (reference §1.2).
+``tok_turn_index`` and keeps rejected rows in their peers' baselines (as Dr. Kernel does).
 
 The advantages come from the shared :func:`drkernel.step.dr_kernel_step` with everything but the
 estimator switched off (no MRS, PRS or group filter: in a stock verl trainer those are verl's own

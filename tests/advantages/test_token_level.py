@@ -61,8 +61,8 @@ def test_token_level_trloo_hand_example() -> None:
 
 
 def test_turn_mask_override_keeps_rejected_turn_in_baseline() -> None:
-    # Dr. Kernel keeps MRS/PRS-rejected turns in their peers' baselines (reference §1.2): pass the
-    # pre-rejection turn mask. Now c's turn 1 (r = 5) counts: G_c = [5.5, 5].
+    # Dr. Kernel keeps MRS/PRS-rejected turns in their peers' baselines (it groups by loss_mask):
+    # pass the pre-rejection turn mask. Now c's turn 1 (r = 5) counts: G_c = [5.5, 5].
     # Turn 0: G = {1, 3, 5.5}, sum 9.5: A_a = 1 - 8.5/2 = -3.25, A_b = 3 - 6.5/2 = -0.25,
     #         A_c = 5.5 - 4/2 = 3.5.
     # Turn 1: G = {1, 2, 5}, sum 8: A_a = 1 - 7/2 = -2.5, A_b = 2 - 6/2 = -1, A_c = 3.5 but c's
@@ -118,7 +118,7 @@ def row_example() -> dict[str, object]:
 
     X (prompt p): 3 turns, r = [0, 1, 1], loss_mask [1, 1, 1].
     Y (prompt p): 2 turns, so one padding row first (turn -1); r = [1, -0.3], loss_mask [1, 0]
-       (turn 2 failed after a success: not a meaningful turn, reference §1.3).
+       (turn 2 failed after a success: not a meaningful turn).
     Z (prompt p): 3 turns, r = [0, 0, 0.5].
     W (prompt q): 3 turns, r = [2, 2, 2], the only trajectory of its prompt.
     """

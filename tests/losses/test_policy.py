@@ -25,7 +25,7 @@ def _token(adv, ratio, **kw):
 
 def test_reference_examples_and_clip_branches():
     # A = -1, r = 5: L1 = 5, L2 = -(-1)*1.28 = 1.28, max 5 (L1: the ratio clip does not bind),
-    # then the dual clip min(5, 3) = 3 (reference §2.5)
+    # then the dual clip min(5, 3) = 3
     assert _token(-1.0, 5.0) == (pytest.approx(3.0), False, True)
     # without the dual clip the loss is max(L1, L2) = 5
     assert _token(-1.0, 5.0, clip_c=None)[0] == pytest.approx(5.0)

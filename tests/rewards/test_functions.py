@@ -19,7 +19,7 @@ from drkernel.rewards.functions import (
 
 
 def test_speedup_reward_reference_vectors_scalar():
-    # Recipe: R = 0.5 c + 0.5 min(s, 3) + 0.5 c cov  (reference §3.2)
+    # Recipe: R = 0.5 c + 0.5 min(s, 3) + 0.5 c cov
     assert speedup_reward(True, 2.0, 0.6) == pytest.approx(1.8)  # 0.5 + 0.5*2.0 + 0.5*0.6
     assert speedup_reward(True, 5.0, 0.2) == pytest.approx(2.1)  # 0.5 + 0.5*3.0 (clipped) + 0.5*0.2
     assert speedup_reward(True, 0.4, 0.0) == pytest.approx(0.7)  # 0.5 + 0.5*0.4 + 0

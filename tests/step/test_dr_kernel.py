@@ -23,7 +23,7 @@ L = len(TURN_INDEX)
 
 # Reference §1.4, rewards before the loss mask (D's turn 2 raw 0: a post-success regression).
 R14 = [[0.0, 1.0, 1.5], [0.0, 0.0, 0.0], [1.0, 1.2, 1.6], [1.1, 0.0, 1.3]]
-# Hand-worked TRLOO advantages (reference §1.4 and the trloo docstring):
+# Hand-worked TRLOO advantages (the worked example of the trloo docstring):
 # turn 1: N = 4, sum G = 8.7: A = 2.5 - 6.2/3, 0 - 8.7/3, 3.8 - 4.9/3, 2.4 - 6.3/3
 # turn 2: N = 3 (D out), sum G = 5.3: A = 2.5 - 2.8/2, 0 - 5.3/2, 2.8 - 2.5/2; D 0
 # turn 3: N = 4, sum G = 4.4: A = 1.5 - 2.9/3, 0 - 4.4/3, 1.6 - 2.8/3, 1.3 - 3.1/3

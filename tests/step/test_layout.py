@@ -28,8 +28,8 @@ def test_small_example_by_hand():
 
 def test_reference_rows_through_the_step_match_the_row_level_adapter():
     # Reference layout: T = 3 rows per trajectory, front padding (-1) for E, which has 2 turns.
-    # Trajectories A-D are reference §1.4 (D's turn 2 a regression), E = [0.5, 0.9]. Every real
-    # turn row has 3 response tokens, the padding row none.
+    # Trajectories A-D are the trloo docstring's example (D's turn 2 a regression),
+    # E = [0.5, 0.9]. Every real turn row has 3 response tokens, the padding row none.
     turn_rewards = {"A": [0, 1.0, 1.5], "B": [0, 0, 0], "C": [1.0, 1.2, 1.6], "D": [1.1, 0, 1.3], "E": [0.5, 0.9]}
     traj, turn, reward = [], [], []
     for name, rs in turn_rewards.items():

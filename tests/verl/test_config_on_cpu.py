@@ -33,7 +33,7 @@ def test_trainer_config_values_and_verl_dataclasses() -> None:
     from verl.utils.config import omega_conf_to_dataclass
 
     cfg = compose([])
-    # the paper's hyper-parameters (reference §8.1) as composed values
+    # the paper's hyper-parameters as composed values
     assert cfg.algorithm.adv_estimator == "trloo" and cfg.algorithm.gamma == 1.0
     assert cfg.data.train_batch_size == 16 and cfg.actor_rollout_ref.rollout.n == 16
     assert cfg.actor_rollout_ref.actor.optim.lr == pytest.approx(1e-6)
