@@ -231,23 +231,28 @@ class CachedGrader(GraderBase):
 
     def grade(self, task: Task, source: str, *, seed: int | None = None,
               options: Options | None = None) -> EvalResult:
-        self._check(task, source, options)
-        key = self.key(task, source, seed, options)
-        hit = self.cache.get(key)
+        key, hit = self._lookup(task, source, seed, options)
         if hit is not None:
-            return EvalResult.from_dict(decode_result(hit))
-        result = self.grader.grade(task, source, seed=seed, options=options)
-        self.cache.put(key, result.to_dict())
-        return result
+            return hit
+        return self._store(key, self.grader.grade(task, source, seed=seed, options=options))
 
     async def agrade(self, task: Task, source: str, *, seed: int | None = None,
                      options: Options | None = None) -> EvalResult:
+        key, hit = self._lookup(task, source, seed, options)
+        if hit is not None:
+            return hit
+        return self._store(key, await self.grader.agrade(task, source, seed=seed, options=options))
+
+    def _lookup(self, task: Task, source: str, seed: int | None,
+                options: Options | None) -> tuple[str, EvalResult | None]:
+        """The request's key and its cached result, if any (the checks first)."""
         self._check(task, source, options)
         key = self.key(task, source, seed, options)
         hit = self.cache.get(key)
-        if hit is not None:
-            return EvalResult.from_dict(decode_result(hit))
-        result = await self.grader.agrade(task, source, seed=seed, options=options)
+        return key, (EvalResult.from_dict(decode_result(hit)) if hit is not None else None)
+
+    def _store(self, key: str, result: EvalResult) -> EvalResult:
+        """Keep a fresh result under ``key`` (:meth:`ResultCache.put` skips transient ones); return it."""
         self.cache.put(key, result.to_dict())
         return result
 
