@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from drkernel.bench.fmt import pct
 from drkernel.bench.outcomes import PASS, BenchReport
-from drkernel.bench.report import pct
 
 
 def plot_speedups(report: BenchReport, path: str | os.PathLike) -> Path:

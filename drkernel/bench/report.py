@@ -19,7 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from drkernel.bench.fmt import num as _num
+from drkernel.bench.fmt import pct
 from drkernel.bench.outcomes import ENV_FAILURE, NO_CANDIDATE, PASS, REPORTED_FAST, TASK_ERROR, BenchReport, TaskOutcome
+from drkernel.bench.plot import plot_speedups
 from drkernel.env.result import EvalResult
 
 
@@ -49,14 +52,6 @@ def why(r: EvalResult | None) -> str:
     if r.error is not None:
         return r.error.stage
     return "incorrect"
-
-
-def pct(x: float | None) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
-
-
-def _num(x: float | None, fmt: str = ".3g", suffix: str = "") -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:{fmt}}{suffix}"
 
 
 def summary_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
@@ -196,7 +191,6 @@ def write_report(report: BenchReport, out: str | os.PathLike, *, plot: bool = Tr
     (out / "results.json").write_text(json.dumps(results_dict(report), indent=2) + "\n", encoding="utf-8")
     (out / "summary.md").write_text(format_markdown(report), encoding="utf-8")
     if plot:
-        from drkernel.bench.plot import plot_speedups
         from drkernel.data._deps import MissingDependency
 
         try:
