@@ -29,7 +29,9 @@ import asyncio
 import os
 import random
 import threading
-from typing import Any, Callable
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, TypeVar
 
 from drkernel.env.config import EvalConfig
 from drkernel.env.grader import GraderBase, Options
@@ -38,6 +40,19 @@ from drkernel.env.task import Task, TaskError
 
 GraderFactory = Callable[[EvalConfig, int], Any]
 """``factory(config, capacity) -> Grader``, run inside each actor (must be picklable)."""
+
+_T = TypeVar("_T")
+
+
+def _run_blocking(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``coro`` to completion from synchronous code, on a private event loop; when this thread
+    already runs a loop (a blocking call from async code), on a private thread's loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="RayGrader.grade") as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 class GraderActor:
@@ -191,23 +206,8 @@ class RayGrader(GraderBase):
     # -- protocol -------------------------------------------------------------------------------
     def grade(self, task: Task, source: str, *, seed: int | None = None,
               options: Options | None = None) -> EvalResult:
-        import ray
-
-        self._check(task, source, options)
-        args = (task.source, task.name, task.entry_point, source, seed, dict(options or {}))
-        tried: set[int] = set()
-        last: BaseException | None = None
-        for _ in range(self.retries + 1):
-            i = self._acquire(tried)
-            try:
-                if self._down[i]:
-                    self._wait_up(i)
-                return self._unpack(ray.get(self.actors[i].grade.remote(*args)))
-            except _retryable() as exc:
-                last = self._died(i, tried, exc)
-            finally:
-                self._release(i)
-        return self._give_up(last)
+        """:meth:`agrade`, run to completion on a private event loop (one retry loop for both)."""
+        return _run_blocking(self.agrade(task, source, seed=seed, options=options))
 
     async def agrade(self, task: Task, source: str, *, seed: int | None = None,
                      options: Options | None = None) -> EvalResult:
@@ -274,28 +274,9 @@ class RayGrader(GraderBase):
             self._down[i] = True
         return exc
 
-    def _wait_up(self, i: int) -> None:
-        """Block until actor ``i`` answers again (Ray restarts it), or raise EnvironmentFailure (it is dead
-        for good: ActorDiedError, or not back within ``restart_timeout_s``)."""
-        import time
-
-        import ray
-
-        deadline = time.monotonic() + self.restart_timeout_s
-        while True:
-            try:
-                ray.get(self.actors[i].info.remote(), timeout=max(1.0, deadline - time.monotonic()))
-                self._down[i] = False
-                return
-            except (ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError) as exc:
-                if time.monotonic() > deadline:
-                    raise EnvironmentFailure(f"grading actor {i} did not come back: {type(exc).__name__}: "
-                                             f"{str(exc)[:300]}") from exc
-                time.sleep(0.2)
-
     async def _await_up(self, i: int) -> None:
-        """``_wait_up`` for event loops."""
-        import asyncio
+        """Wait until actor ``i`` answers again (Ray restarts it), or raise EnvironmentFailure (it is
+        dead for good: ActorDiedError, or not back within ``restart_timeout_s``)."""
         import time
 
         import ray
