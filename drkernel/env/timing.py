@@ -31,7 +31,14 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from drkernel.env.faults import CandidateError, trim_traceback
+
+if TYPE_CHECKING:
+    from drkernel.env.budget import LaunchBudget
+    from drkernel.env.protocol import TimeReply, TimeRequest
 
 FLUSH_MIN_BYTES = 256 << 20
 """The L2 flush writes at least this much (KernelBench's 256 MB): at least twice any current GPU's L2."""
@@ -122,13 +129,57 @@ class SpotChannel:
         return buf
 
 
-def run_calls(h: Any, req: Any) -> Any:
-    """Serve a :class:`~drkernel.env.protocol.TimeRequest`: warm-up and timed calls of ``h.model``.
+class TimingHarness(Protocol):
+    """What :func:`run_calls` uses of the worker: its settings, its one way of calling the model, and
+    what it reads after the calls. :class:`drkernel.env.worker.Harness` implements it; attributes
+    are read when used (``l2_reset_ok`` changes with every call), exactly as on the worker."""
+
+    torch: Any
+    """The torch module the worker imported (for the output's type check)."""
+    tensor_io: Any
+    """:mod:`drkernel.env.tensor_io`, as the worker imported it."""
+    device: str
+    """``"cuda"`` or ``"cpu"``."""
+    role: str
+    """``"candidate"`` or ``"reference"``."""
+    candidate_file: str | None
+    """The candidate's resolved path (its frames are kept in tracebacks); None in a reference worker."""
+    workdir: Path
+    """Where kept outputs are written."""
+    spot: SpotChannel
+    """Asks the grader, after a timed call, whether to keep its output."""
+    budget: LaunchBudget | None
+    """The launch budget (CUDA), or None when it could not be prepared."""
+    budget_error: str | None
+    """Why there is no launch budget, when there is none."""
+    timing_hold: tuple[Any, float]
+    """``(hold, ms)``: the verified hold and its length; ``(None, 0.0)`` without one."""
+    l2_reset_ok: bool | None
+    """Whether every persisting-L2 reset so far succeeded; None when none ran."""
+
+    def reload(self, seed: int | None) -> None:
+        """Restore the model's initial parameters, transformed by ``seed`` when given."""
+
+    def pool_inputs(self, seed: int, distribution: str = "native") -> list[Any]:
+        """The task's inputs for ``seed`` on this device."""
+
+    def call(self, inputs: list[Any], grad_mode: str, timed: bool) -> tuple[Any, dict[str, Any]]:
+        """One call of the model, the same way for every call (see this module's docstring)."""
+
+    def finish_request(self, full: bool) -> None:
+        """The request's integrity check."""
+
+    def stop_profiler(self) -> list[list[Any]]:
+        """Stop the CUDA profiler and return its device records."""
+
+
+def run_calls(h: TimingHarness, req: TimeRequest) -> TimeReply:
+    """Serve a :class:`~drkernel.env.protocol.TimeRequest`: warm-up and timed calls of the worker's
+    model (``h.call``).
 
     A call that raises is the model's failure at the ``timing`` stage."""
     from drkernel.env.protocol import TimeReply
     from drkernel.env.task import scale_floats
-    from drkernel.env.worker import CandidateError, _trim_traceback
 
     torch = h.torch
     cuda = h.device.startswith("cuda")
@@ -149,7 +200,7 @@ def run_calls(h: Any, req: Any) -> Any:
             out, call = h.call(x, "no_grad", timed=True)
         except BaseException as exc:  # noqa: BLE001 - the model's failure, stage timing
             raise CandidateError("timing", ("ModelNew.forward" if h.role == "candidate" else "the reference")
-                                 + " raised while timed: " + _trim_traceback(exc, h.candidate_file)) from None
+                                 + " raised while timed: " + trim_traceback(exc, h.candidate_file)) from None
         host_ms.append(call["host_ms"])
         launch_ms.append(call["launch_ms"])
         foreign.append(call["foreign"])
@@ -170,14 +221,14 @@ def run_calls(h: Any, req: Any) -> Any:
     return TimeReply(host_ms=host_ms, launch_ms=launch_ms, foreign=foreign, spot=spot_out, total_s=total_s,
                      calls_without_launch=calls_without_launch, events=records,
                      persisting_l2_reset=h.l2_reset_ok if cuda else None,
-                     launch_budget=_budget_report(h, budget, budget_ms) if cuda else None)
+                     launch_budget=_budget_report(budget, budget_ms, h.budget_error) if cuda else None)
 
 
-def _budget_report(h: Any, budget: Any, ms: float) -> dict[str, Any]:
+def _budget_report(budget: LaunchBudget | None, ms: float, budget_error: str | None) -> dict[str, Any]:
     if budget is None:
         return {"requested_ms": ms, "ms": 0.0, "verified": False,
-                "reason": getattr(h, "budget_error", None) or "no launch budget in this worker"}
+                "reason": budget_error or "no launch budget in this worker"}
     return budget.describe(ms)
 
 
-__all__ = ["run_calls", "summarize", "persisting_l2_resetter", "SpotChannel", "FLUSH_MIN_BYTES"]
+__all__ = ["run_calls", "TimingHarness", "summarize", "persisting_l2_resetter", "SpotChannel", "FLUSH_MIN_BYTES"]

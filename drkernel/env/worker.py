@@ -31,34 +31,16 @@ import importlib.util
 import os
 import sys
 import time
-import traceback
 from collections import deque
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from drkernel.env.faults import CandidateError, trim_traceback
+
 _perf = time.perf_counter
-_MAX_ERR = 2000
 #: Bytes of earlier calls' inputs a worker keeps alive (:meth:`Harness._keep_alive`).
 KEEP_BYTES = {"cuda": 1 << 30, "cpu": 512 << 20}
-
-
-def _trim_traceback(exc: BaseException, candidate_file: str | None) -> str:
-    """The exception and the candidate's own frames, not the harness's."""
-    tb = traceback.extract_tb(exc.__traceback__)
-    frames = [f for f in tb if candidate_file and f.filename == candidate_file]
-    lines = [f"  line {f.lineno}, in {f.name}: {f.line}" for f in frames[-4:]]
-    msg = f"{type(exc).__name__}: {exc}"
-    if len(msg) > _MAX_ERR:
-        msg = msg[:_MAX_ERR // 2] + " ... " + msg[-_MAX_ERR // 2:]
-    return "\n".join(lines + [msg]) if lines else msg
-
-
-class CandidateError(Exception):
-    def __init__(self, stage: str, message: str):
-        super().__init__(message)
-        self.stage = stage
-        self.message = message
 
 
 class Harness:
@@ -178,7 +160,7 @@ class Harness:
             module = import_file(self.candidate_file)
         except BaseException as exc:  # noqa: BLE001 - any failure of the candidate is a result
             raise CandidateError("compile", "importing the candidate failed: "
-                                 + _trim_traceback(exc, self.candidate_file)) from None
+                                 + trim_traceback(exc, self.candidate_file)) from None
         cls = getattr(module, f"{self.entry_point}New", None)
         if cls is None or not isinstance(cls, type):
             raise CandidateError("compile", f"the candidate defines no class {self.entry_point}New")
@@ -190,7 +172,7 @@ class Harness:
             self.model = model.to(self.device).eval()
         except BaseException as exc:  # noqa: BLE001
             raise CandidateError("compile", f"{self.entry_point}New(*get_init_inputs()) failed: "
-                                 + _trim_traceback(exc, self.candidate_file)) from None
+                                 + trim_traceback(exc, self.candidate_file)) from None
         mine = parameter_shapes(self.model)
         want = (req.parameter_shapes, req.buffer_shapes)
         if mine[0] != want[0]:
@@ -222,7 +204,7 @@ class Harness:
             out, call = self.call(inputs, req.grad_mode, timed=False)
         except BaseException as exc:  # noqa: BLE001
             raise CandidateError("correctness", "ModelNew.forward raised: "
-                                 + _trim_traceback(exc, self.candidate_file)) from None
+                                 + trim_traceback(exc, self.candidate_file)) from None
         reply = RunReply(launches=call["launches"], call_s=call["host_ms"] / 1e3, foreign=call["foreign"],
                          draw_s=draw_s)
         if not isinstance(out, torch.Tensor):
@@ -555,7 +537,7 @@ def main(argv: list[str]) -> int:
             reply = P.Failure(stage=exc.stage, error=exc.message, fault="candidate")
         except BaseException as exc:  # noqa: BLE001 - after the candidate loaded, its process is its own
             fault = "candidate" if harness.candidate_file is not None else "harness"
-            reply = P.Failure(stage=stage, error=_trim_traceback(exc, harness.candidate_file), fault=fault)
+            reply = P.Failure(stage=stage, error=trim_traceback(exc, harness.candidate_file), fault=fault)
         harness.finish_request(full=False)
         send(encode(reply, harness.take_findings()))
 
