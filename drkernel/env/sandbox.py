@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from drkernel.env.result import EnvironmentFailure
-from drkernel.env.zygote import EXIT_UNKNOWN
+from drkernel.env.proclimits import EXIT_UNKNOWN, child_limits
 
 MAX_MESSAGE_BYTES = 8 << 20
 TAIL_BYTES = 64 << 10
@@ -126,7 +126,7 @@ class CandidateProcess:
                 self.proc = subprocess.Popen(
                     cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                     pass_fds=[child_sock.fileno()], start_new_session=True, env=env,
-                    cwd=str(self.workdir), preexec_fn=_child_limits,
+                    cwd=str(self.workdir), preexec_fn=child_limits,
                 )
         except OSError as exc:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -356,12 +356,6 @@ class CandidateProcess:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _child_limits() -> None:  # runs in the child between fork and exec (a worker's, or a zygote's)
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
 _SHM_MIN_FREE = 4 << 30

@@ -42,15 +42,14 @@ import threading
 import time
 from typing import Any
 
+from drkernel.env.proclimits import EXIT_UNKNOWN, child_limits
+
 #: What the zygote imports before serving: everything a worker imports before its candidate.
 PRELOAD = ("numpy", "torch", "torch.profiler", "torch.utils._python_dispatch", "triton", "triton.language",
            "triton.runtime.cache", "drkernel.env.worker", "drkernel.env.protocol", "drkernel.env.launches",
            "drkernel.env.tensor_io", "drkernel.env.compare", "drkernel.env.profiling", "drkernel.env.task",
            "drkernel.env.timing", "drkernel.env.budget", "drkernel.env.audit", "drkernel.env.confine",
-           "drkernel.env.triton_cache", "drkernel.env.hacks")
-
-#: ``returncode`` of a child whose zygote died before reporting its status.
-EXIT_UNKNOWN = -1000
+           "drkernel.env.triton_cache", "drkernel.env.hacks", "drkernel.env.faults")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -229,14 +228,13 @@ class Zygote:
     """One zygote process for one worker environment. Thread-safe; :meth:`spawn` forks a worker."""
 
     def __init__(self, env: dict[str, str], start_timeout_s: float = 300.0):
-        from drkernel.env.sandbox import _child_limits  # an exec'd worker's limits; children inherit them
-
+        # the zygote gets an exec'd worker's limits (child_limits); its forked children inherit them
         parent, child = socket.socketpair()
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "drkernel.env.zygote", str(child.fileno())],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=[child.fileno()], start_new_session=True, env=env, preexec_fn=_child_limits)
+                pass_fds=[child.fileno()], start_new_session=True, env=env, preexec_fn=child_limits)
         finally:
             child.close()
         self._sock = parent
