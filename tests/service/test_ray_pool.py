@@ -23,7 +23,7 @@ from tests.service.echo_grader import digest, make  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = Task.from_source("class Model: pass", name="echo")
-HANG_TIMEOUT_S = 20.0
+HANG_TIMEOUT_S = 12.0
 
 
 @pytest.fixture(scope="module")
