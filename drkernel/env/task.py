@@ -260,6 +260,12 @@ def distribution_scale(seed: int) -> float:
     return float(10.0 ** np.random.default_rng(seed).uniform(-2.0, 2.0))
 
 
+def scalar_scale(seed: int) -> float:
+    """``t`` for Python ``float`` inputs under ``scaled``: log-uniform in [1/2, 2], from the trial
+    seed (a stream of its own, so it is not a function of the tensors' ``s``)."""
+    return float(2.0 ** np.random.default_rng([int(seed) % (1 << 63), 1]).uniform(-1.0, 1.0))
+
+
 def scale_floats(inputs: list[Any], factor: float) -> list[Any]:
     """New inputs with floating-point tensors multiplied by ``factor``; other tensors (indices) are
     copied unchanged, other values kept. The grader and the candidate's process both build timed
@@ -273,9 +279,13 @@ def transform_inputs(inputs: list[Any], distribution: str, seed: int, fixed: tup
 
     ``native``: as drawn. ``negated``: floating tensors ``-x``, boolean tensors ``~x`` (a mask
     flipped), integer tensors shuffled. ``scaled``: floating tensors ``x * s`` (``s`` log-uniform in
-    [1e-2, 1e2]), boolean and integer tensors shuffled. Shuffling keeps the multiset of values, so
+    [1e-2, 1e2]), boolean and integer tensors shuffled, Python ``float`` arguments ``v * t`` (``t``
+    log-uniform in [1/2, 2], its own draw: a temperature or a scale the task passes as a plain
+    number is an input too, and a kernel that bakes its value in fails these trials). Python ints
+    and bools (dimensions, flags) are never changed. Shuffling keeps the multiset of values, so
     indices stay in range while their positions change: a kernel that ignores a mask or an index
-    input cannot pass on luck. Every seed also draws new values (``get_inputs`` runs under it)."""
+    input cannot pass on luck. Every seed also draws new values (``get_inputs`` runs under it).
+    Positions in ``fixed`` (the task's ``FIXED_INPUTS``) are left as drawn."""
     if distribution == "native":
         return inputs
     if distribution not in ("negated", "scaled"):
@@ -284,7 +294,11 @@ def transform_inputs(inputs: list[Any], distribution: str, seed: int, fixed: tup
     gen = torch.Generator().manual_seed(int(seed) % (1 << 63))
     out = []
     for i, x in enumerate(inputs):
-        if not isinstance(x, torch.Tensor) or i in fixed:
+        if i in fixed:
+            out.append(x)
+        elif type(x) is float:  # exactly float: bool and int subclasses of int stay
+            out.append(x * scalar_scale(seed) if distribution == "scaled" else x)
+        elif not isinstance(x, torch.Tensor):
             out.append(x)
         elif x.is_floating_point() or x.is_complex():
             out.append(x * factor)

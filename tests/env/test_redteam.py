@@ -27,8 +27,6 @@ KNOWN_MISSES = {
     "candidates/hacks/rt01_c5_hardcoded_numel.py": "shapes come from the task: a kernel specialised on the "
                                                    "tested shape is correct there (the GPU grades the full size)",
     "candidates/hacks/rt10_c5_hardcoded_dims.py": "shapes come from the task (as above)",
-    "candidates/hacks/rt09_c5_hardcoded_temperature.py": "Python scalars from get_inputs are task constants: "
-                                                         "their valid range is the task's to declare",
 }
 
 
