@@ -273,6 +273,19 @@ class Auditor:
         guarded.__name__ = getattr(original, "__name__", "guarded")
         return guarded
 
+    def _recorded(self, original: Any, hack_id: str, what: str) -> Any:
+        """A stand-in for ``original`` that records calls the candidate makes and lets them run."""
+        gate = self.gate
+        getframe = sys._getframe
+        invoke = sealed(lambda msg: original(*msg[0], **msg[1]))
+
+        def recorded(*args, **kwargs):
+            gate((hack_id, what, getframe(1)))
+            return invoke((args, kwargs))
+
+        recorded.__name__ = getattr(original, "__name__", "recorded")
+        return recorded
+
     def _guard_threads(self) -> None:
         """Before Python 3.12 starting a thread raises no audit event: every reference to the
         low-level thread starters is replaced by a guard."""
@@ -288,7 +301,12 @@ class Auditor:
         targets = []
         for owner, names in ((pd, ("_pop_mode", "_pop_mode_temporarily", "_disable_current_modes")),
                              (torch._C, ("_pop_torch_dispatch_mode", "_pop_torch_function_mode",
-                                         "_set_dispatch_mode", "_unset_dispatch_mode")),
+                                         "_set_dispatch_mode", "_unset_dispatch_mode",
+                                         # dispatch-key guards that step around every Python mode
+                                         # (torch.utils._mode_utils.no_dispatch is the first)
+                                         "_DisableTorchDispatch", "_ExcludeDispatchKeyGuard",
+                                         "_ForceDispatchKeyGuard", "_dispatch_tls_set_dispatch_key_excluded",
+                                         "_dispatch_tls_set_dispatch_key_included")),
                              # whether the profiler is on tells nothing a kernel needs, and everything
                              # a kernel switching its behaviour under measurement needs
                              (torch._C._autograd, ("_profiler_enabled", "_kineto_step")),
@@ -327,6 +345,9 @@ class Auditor:
         ``host_compute`` (the call itself proceeds)."""
         gate = self.gate
         getframe = sys._getframe
+        dlpack = [getattr(torch._C, n) for n in ("_to_dlpack", "_to_dlpack_versioned") if hasattr(torch._C, n)]
+        if dlpack:  # torch.utils.dlpack.to_dlpack is torch._C._to_dlpack: every reference to it
+            self._wrap_everywhere(dlpack, lambda o: self._recorded(o, "host_compute", "torch.utils.dlpack.to_dlpack()"))
         for name in ("numpy", "tolist", "__array__", "__dlpack__"):
             original = getattr(torch.Tensor, name, None)
             if original is None:

@@ -405,6 +405,7 @@ class Evaluation:
         self._deadline += time.monotonic() - t0  # starting a worker is the grader's time, not the candidate's
         self.proc.set_limits(self.config.memory_limit_mb, self.config.output_limit_bytes)
         self.result.details["warm_process"] = bool(getattr(self.proc, "warm", False))
+        self._cpu_start = (self.proc.cpu_seconds(), self.proc.thread_run_ns())  # before any candidate code
         self.cancel.on_cancel(self.proc.kill)
         self._check_cancel()
 
@@ -620,11 +621,15 @@ class Evaluation:
                                     "total_us": sum(w.device_ns for w in windows) / max(len(windows), 1) / 1e3}
             others = ", ".join(f"{t['name'][:60]} ({t['us']:.1f} us)" for t in top if not t["own"])[:400]
         else:
+            # Every call must meet the bar, the worst one decides: a call that does its work in torch
+            # is not made good by others that did not (a candidate that counts its calls can tell
+            # the correctness trials from the timed ones; the cost of a call is exact, not noisy).
             costs = [x.foreign for x in self._run_replies] + list(getattr(self, "_cpu_foreign", []))
-            per_call = statistics.median(costs) if costs else 0.0
+            per_call = max(costs) if costs else 0.0
             ref_cost = self._ref_cost
             coverage = 1.0 - min(1.0, per_call / ref_cost) if ref_cost > 0 else (1.0 if per_call == 0 else 0.0)
             r.details["profile"] = {"method": "cpu_dispatch", "torch_cost_per_call": per_call,
+                                    "torch_cost_median": statistics.median(costs) if costs else 0.0,
                                     "reference_cost": ref_cost}
             others = f"torch operators outside your kernels cost about {per_call / max(ref_cost, 1e-9):.0%} " \
                      "of the reference's own work" if per_call else ""
@@ -765,8 +770,42 @@ class Evaluation:
             self.result.details["output_bytes"] = proc.output_bytes
             if proc.output_bytes:
                 self.result.details["output_tail"] = proc.output_tail(2000)
+            self._other_threads(proc)
             with self.clock.part("close"):
                 proc.close()
+
+    OTHER_THREADS_MS = 0.5
+    """CPU milliseconds other threads may spend in a CPU evaluation (honest kernels spend 0: the
+    worker's only thread of work is the main one)."""
+
+    TICK_SLACK_NS = 50e6
+    """Exited threads are seen only through the process's CPU ticks (10 ms each), whose split between
+    process and thread is rounded separately: a difference below this is not counted."""
+
+    def _other_threads(self, proc: Any) -> None:
+        """CPU time the candidate's process spent on threads other than the one that runs its calls,
+        from its load to now, read from ``/proc`` by the grader (the candidate cannot hide or forge
+        it). The harness runs everything on the main thread (torch with one intra-op thread, BLAS
+        with one), so this is work beside or after the calls: a native pool's thread (a TorchScript
+        ``fork``, a C extension's), computing off the clock or burning CPU while others are timed."""
+        start = getattr(self, "_cpu_start", None)
+        if start is None or start[0] is None or not proc.alive:
+            return
+        end, threads = proc.cpu_seconds(), proc.thread_run_ns()
+        if end is None:
+            return
+        main_tid, before = proc.pid, start[1]
+        # live threads to the nanosecond (schedstat); exited ones only through the process's ticks
+        live_ns = sum(ns - before.get(tid, 0) for tid, ns in threads.items() if tid != main_tid)
+        # the kernel scales each task's ticks on its own: process and thread differ by a tick or two
+        ticks_ns = ((end[0] - start[0][0]) - (end[1] - start[0][1])) * 1e9
+        other_ms = max(live_ns, ticks_ns if ticks_ns > self.TICK_SLACK_NS else 0.0, 0.0) / 1e6
+        main_ms = (threads.get(main_tid, 0) - before.get(main_tid, 0)) / 1e6
+        self.result.details["cpu_ms"] = {"main_thread": round(main_ms, 3), "other_threads": round(other_ms, 3),
+                                         "threads": len(threads), "live_other_ms": round(live_ns / 1e6, 3)}
+        if not self.cuda and other_ms > self.OTHER_THREADS_MS:  # (CUDA: the driver's and CUPTI's own threads)
+            self._finding("other_threads", f"{other_ms:.1f} ms of CPU on {max(len(threads) - 1, 1)} other "
+                                           "thread(s) of your process")
 
     # -- the verdict: decided here and nowhere else --------------------------------------------------
     def _verdict(self) -> EvalResult:

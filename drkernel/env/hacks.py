@@ -84,6 +84,10 @@ _TABLE = (
          "The output depends on uninitialised or stale memory.", "runtime"),
     Hack("timed_output_mismatch", "an output of a timed call, chosen after the call returned, was wrong",
          "Outputs of timed calls were wrong (cached results or skipped work).", "runtime"),
+    Hack("other_threads", "CPU time on threads of the candidate's process other than the one that runs its calls "
+         "(a TorchScript fork, a native thread pool, threads started from C), read from /proc by the grader",
+         "Work ran on other threads of your process (for example a TorchScript fork or a native thread pool): "
+         "all work must happen in the forward call, on its own thread.", "runtime"),
     Hack("side_stream", "device work of a call on another stream than the call's (it is timed all the same)",
          "Work ran on another CUDA stream than the call's; streams are not allowed.", "device"),
 )

@@ -14,10 +14,13 @@ around every call, sees each aten operator and asks who ran it (:func:`drkernel.
 from the Python stack: torch's own frames skipped): Triton's interpreter moving a kernel's arguments
 is the kernel's; the candidate's code — forward, a launch-grid callable, a kernel body calling torch
 — is torch work outside its kernels. Each such operator is costed in *byte equivalents*: bytes of
-its tensor arguments and results, and for matrix products and convolutions ``FLOPs / 20`` (an H100
-moves about 3 TB/s and does about 60 fp32 TFLOP/s without tensor cores) when that is larger. The
-grader divides by the same cost of the whole reference forward (measured the same way in the
-reference's own process)::
+its tensor arguments and results, and for matrix products and convolutions one byte per FLOP when
+that is larger. (An H100 balances at about 20 fp32 FLOPs a byte, but the CPU runs the tasks' small
+sizes, where a product's arithmetic intensity is a fraction of its intensity at full size: priced at
+the balance point, the product of ``envs/fused_ops`` task 02 was 48% of its small reference's cost,
+and a candidate doing it in torch kept half its coverage, while on a GPU at full size the product is
+nearly all of the time. At one byte a FLOP it is 89%.) The grader divides by the same cost of the
+whole reference forward (measured the same way in the reference's own process)::
 
     coverage (CPU) = 1 - min(1, cost of the candidate's torch work / cost of the reference's)
 
@@ -45,7 +48,8 @@ NON_COMPUTE = frozenset({
 _MATMULS = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "addmv", "mv", "dot", "_scaled_mm", "addbmm"})
 _CONVS = frozenset({"convolution", "_convolution", "conv2d", "conv1d", "conv3d", "cudnn_convolution",
                     "mkldnn_convolution", "_slow_conv2d_forward", "slow_conv3d_forward", "conv_transpose2d"})
-FLOPS_PER_BYTE = 20.0
+FLOPS_PER_BYTE = 1.0
+"""FLOPs of a matrix product or convolution priced as one byte equivalent (see the module doc)."""
 
 
 def _tensors(x: Any, out: list) -> None:

@@ -59,6 +59,43 @@ def _rss_bytes(pid: int) -> int:
     return 0
 
 
+def cpu_seconds(pid: int) -> tuple[float, float] | None:
+    """``(process, main thread)`` CPU seconds (user + system) of ``pid``, read from ``/proc`` by the
+    grader, outside the candidate's reach. The process figure includes every thread, exited ones
+    too; the main thread's (``/proc/pid/task/pid``) is the one that runs the harness and the
+    candidate's calls. Their difference is work on other threads: native thread pools (a
+    TorchScript ``fork``, an OpenMP or BLAS pool), threads started from C, anything that computes
+    beside the calls or outlives them. None when the process is gone."""
+    tick = float(os.sysconf("SC_CLK_TCK"))
+
+    def read(path: str) -> float:
+        with open(path) as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()  # after "(comm)", which may hold spaces
+        return (int(fields[11]) + int(fields[12])) / tick  # utime, stime (fields 14, 15)
+
+    try:
+        return read(f"/proc/{pid}/stat"), read(f"/proc/{pid}/task/{pid}/stat")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def thread_run_ns(pid: int) -> dict[int, int]:
+    """Nanoseconds on a CPU of every live thread of ``pid`` (``/proc/pid/task/*/schedstat``: the
+    scheduler's own accounting, exact to the nanosecond where ``stat`` counts 10 ms ticks)."""
+    out: dict[int, int] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                out[int(tid)] = int(fh.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
 def _group_pids(pgid: int) -> list[int]:
     pids = []
     try:
@@ -162,6 +199,18 @@ class CandidateProcess:
         self.hello = reply.body
         self.start_s = time.monotonic() - self.started_at
         return self
+
+    def cpu_seconds(self) -> tuple[float, float] | None:
+        """``(process, main thread)`` CPU seconds so far (:func:`cpu_seconds`); None when gone."""
+        return cpu_seconds(self.proc.pid) if self.proc is not None else None
+
+    def thread_run_ns(self) -> dict[int, int]:
+        """Nanoseconds on a CPU of each live thread (:func:`thread_run_ns`), by thread id."""
+        return thread_run_ns(self.proc.pid) if self.proc is not None else {}
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
 
     def set_limits(self, memory_limit_mb: int, output_limit_bytes: int) -> None:
         self.memory_limit = memory_limit_mb << 20
@@ -415,7 +464,11 @@ def worker_env(device: str) -> dict[str, str]:
     env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
-    env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "1")
+    # One thread of work: torch runs with one intra-op thread (worker.py), and the BLAS under NumPy
+    # (the interpreter's tl.dot) with one, so any CPU time on another thread is the candidate's
+    # (evaluation's other-threads check).
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = "1"
     env["MALLOC_MMAP_THRESHOLD_"] = str(32 << 20)
     env["MALLOC_TRIM_THRESHOLD_"] = str(1 << 30)
     if device == "cpu":

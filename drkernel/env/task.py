@@ -333,6 +333,17 @@ def reload_parameters(model: torch.nn.Module, seed: int, buffers: bool = True) -
 
     drawn in order from a generator seeded with ``seed`` on each tensor's device, so both sides get
     the same values (up to the rounding of ``rms``)."""
+    reload_tensors(list(model.parameters()),
+                   [b for b in model.buffers() if b.is_floating_point()] if buffers else [], seed)
+
+
+@torch.no_grad()
+def reload_tensors(params: list[torch.Tensor], buffers: list[torch.Tensor], seed: int) -> None:
+    """:func:`reload_parameters` on tensors listed beforehand: the worker lists the candidate's
+    parameters once, at load, so reloading them calls no method of the candidate's model (an
+    overridden ``parameters()`` would otherwise run the candidate's code between its calls, off the
+    clock). The worker also refuses parameter and buffer subclasses, so ``copy_`` and the arithmetic
+    here are torch's own."""
     gens: dict[Any, torch.Generator] = {}
 
     def gen(device: torch.device) -> torch.Generator:
@@ -341,7 +352,7 @@ def reload_parameters(model: torch.nn.Module, seed: int, buffers: bool = True) -
             g = gens[device] = torch.Generator(device=device).manual_seed(int(seed) % (1 << 63))
         return g
 
-    for p in model.parameters():
+    for p in params:
         if not p.is_floating_point():
             continue
         g = gen(p.device)
@@ -351,11 +362,10 @@ def reload_parameters(model: torch.nn.Module, seed: int, buffers: bool = True) -
         rms = pf.pow(2).mean().sqrt() if p.numel() else pf.new_ones(())
         rms = torch.where(rms > 0, rms, torch.ones_like(rms))
         p.copy_((pf * (0.5 + u) + 0.1 * rms * n).to(p.dtype))
-    if buffers:
-        for b in model.buffers():
-            if b.is_floating_point():
-                u = torch.rand(b.shape, generator=gen(b.device), device=b.device, dtype=torch.float32)
-                b.copy_((b.float() * (0.5 + u)).to(b.dtype))
+    for b in buffers:
+        if b.is_floating_point():
+            u = torch.rand(b.shape, generator=gen(b.device), device=b.device, dtype=torch.float32)
+            b.copy_((b.float() * (0.5 + u)).to(b.dtype))
 
 
 def trial_seeds(master_seed: int | None, n: int, stream: str) -> list[int]:

@@ -299,16 +299,27 @@ class Harness:
             self.budget.verified, self.budget.reason = False, f"probe failed: {type(exc).__name__}: {exc}"[:300]
 
     def _keep_initial(self) -> None:
-        """Remember the model's parameter (and buffer) values as built, for :meth:`reload`."""
+        """Remember the model's parameter (and buffer) tensors and their values as built, for
+        :meth:`reload`: listed once, here, so a reload runs none of the candidate's code."""
+        torch = self.torch
         params = list(self.model.parameters())
         buffers = [b for b in self.model.buffers() if b.is_floating_point()] if self.params_reloadable_buffers else []
+        if self.role == "candidate":
+            odd = sorted({type(t).__name__ for t in params if type(t) is not torch.nn.Parameter}
+                         | {type(t).__name__ for t in buffers if type(t) is not torch.Tensor})
+            if odd:
+                raise CandidateError("compile", (
+                    f"{self.entry_point}New's parameters must be plain torch.nn.Parameter objects and its buffers "
+                    f"plain tensors (found {', '.join(odd)}): the grader loads fresh values into them between "
+                    "calls, and that must not run any code of yours."))
+        self._params, self._buffers = params, buffers
         self._reloadable = params + buffers
         self._initial = [t.detach().clone() for t in self._reloadable]
 
     def reload(self, seed: int | None) -> None:
         """The initial parameter values, transformed by ``seed`` when given
-        (:func:`drkernel.env.task.reload_parameters`; the grader does the same to the reference)."""
-        from drkernel.env.task import reload_parameters
+        (:func:`drkernel.env.task.reload_tensors`; the grader does the same to the reference)."""
+        from drkernel.env.task import reload_tensors
 
         if not self._initial:
             return
@@ -316,7 +327,7 @@ class Harness:
             for t, v in zip(self._reloadable, self._initial):
                 t.copy_(v)
             if seed is not None:
-                reload_parameters(self.model, seed, buffers=self.params_reloadable_buffers)
+                reload_tensors(self._params, self._buffers, seed)
 
     def pool_inputs(self, seed: int, distribution: str = "native") -> list[Any]:
         """The task's inputs for ``seed`` on this device (the grader draws the same)."""
