@@ -326,6 +326,8 @@ class Evaluation:
             if exc.kind == "cancelled" or self.cancel.cancelled:
                 raise EvaluationCancelled(f"evaluation of {self.prepared.task.name} was cancelled") from None
             tail = f"\n{exc.output_tail.strip()[-1500:]}" if exc.output_tail.strip() else ""
+            if exc.kind == "forged":
+                self._finding("harness_tampered", f"the worker's channel: {exc.message}")
             self._fail(self.stage, f"{exc.message}{tail}")
             # What ended the candidate's process (timeout, crash, memory, flood, protocol): callers
             # that store verdicts use it (a timeout under load is not a property of the kernel).

@@ -22,6 +22,13 @@ Inputs are drawn in the worker from a hidden seed sent in the request that uses 
 draws the same inputs with the same code, :meth:`LoadedTask.draw_inputs`), so no input tensor
 crosses the boundary; only outputs come back, as raw files (:mod:`drkernel.env.tensor_io`).
 ``findings`` are ``[hack id, detail]`` pairs: what the worker's audit saw since its last reply.
+
+**The channel is shared with the candidate's code** (it runs in the worker's process and can reach
+the socket's descriptor). Every request therefore carries a fresh random ``nonce`` that the worker
+holds only in its request loop's locals (frames and ``gc`` are closed to the candidate) and echoes in
+its reply and in its spot questions; the grader refuses any message without it. A frame the
+candidate writes cannot name the nonce, so it ends the evaluation as a forged message instead of
+being read as the harness's reply (a made-up timing, say).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 
 
 class ProtocolError(ValueError):
@@ -106,19 +113,27 @@ REQUESTS: dict[str, type] = {c.op: c for c in (LoadRequest, RunRequest, TimeRequ
 Request = typing.Union[LoadRequest, RunRequest, TimeRequest, EventsRequest, ExitRequest]
 
 
-def encode_request(req: Any) -> bytes:
-    return json.dumps({"v": PROTOCOL_VERSION, "op": req.op, **dataclasses.asdict(req)}).encode()
+def encode_request(req: Any, nonce: str = "") -> bytes:
+    return json.dumps({"v": PROTOCOL_VERSION, "op": req.op, "nonce": nonce, **dataclasses.asdict(req)}).encode()
 
 
 def decode_request(raw: bytes) -> Any:
     """Worker side: bytes -> request dataclass (ProtocolError on a version or shape mismatch)."""
+    return decode_envelope(raw)[0]
+
+
+def decode_envelope(raw: bytes) -> tuple[Any, str]:
+    """Worker side: bytes -> (request dataclass, the request's nonce, to echo in every message)."""
     data = _json_object(raw)
+    nonce = data.pop("nonce", "")
+    if not isinstance(nonce, str):
+        raise ProtocolError("the request's nonce is not a string")
     if data.get("v") != PROTOCOL_VERSION:
         raise ProtocolError(f"protocol version {data.get('v')!r}, this worker speaks {PROTOCOL_VERSION}")
     cls = REQUESTS.get(data.get("op"))
     if cls is None:
         raise ProtocolError(f"unknown op {data.get('op')!r}")
-    return _build(cls, data)
+    return _build(cls, data), nonce
 
 
 # -- replies ----------------------------------------------------------------------------------------
@@ -211,18 +226,25 @@ class Reply:
         return not isinstance(self.body, Failure)
 
 
-def encode_reply(body: Any, findings: list[list[str]] | None = None) -> bytes:
+def encode_reply(body: Any, findings: list[list[str]] | None = None, nonce: str = "") -> bytes:
     ok = not isinstance(body, Failure)
-    payload = {"v": PROTOCOL_VERSION, "op": body.op, "ok": ok, "findings": list(findings or []),
+    payload = {"v": PROTOCOL_VERSION, "op": body.op, "ok": ok, "nonce": nonce, "findings": list(findings or []),
                **dataclasses.asdict(body)}
     return json.dumps(payload, default=str).encode()
 
 
-def parse_reply(raw: bytes, expect: str) -> Reply:
-    """Grader side: a hostile worker's bytes -> :class:`Reply` for op ``expect``."""
+class ForgedMessage(ProtocolError):
+    """A message on the worker's channel without its request's nonce: not the harness's."""
+
+
+def parse_reply(raw: bytes, expect: str, nonce: str | None = None) -> Reply:
+    """Grader side: a hostile worker's bytes -> :class:`Reply` for op ``expect``; with ``nonce``, a
+    reply that does not echo it is :class:`ForgedMessage`."""
     data = _json_object(raw)
     if data.get("v") != PROTOCOL_VERSION:
         raise ProtocolError(f"reply speaks protocol {data.get('v')!r}, expected {PROTOCOL_VERSION}")
+    if nonce is not None and data.get("nonce") != nonce:
+        raise ForgedMessage(f"a {str(data.get('op'))[:20]!r} message without the request's nonce")
     findings = data.get("findings", [])
     if not isinstance(findings, list) or not all(
             isinstance(f, list) and len(f) == 2 and all(isinstance(x, str) for x in f) for f in findings):
@@ -233,6 +255,11 @@ def parse_reply(raw: bytes, expect: str) -> Reply:
     if data.get("ok") is not True or data.get("op") != expect:
         raise ProtocolError(f"expected a {expect!r} reply, got op={data.get('op')!r} ok={data.get('ok')!r}")
     return Reply(_build(REPLIES[expect], data), findings)
+
+
+def spot_query(call: int, nonce: str) -> bytes:
+    """The worker's question after timed call ``call`` (kept bytes-only: built without json)."""
+    return b'{"v": %d, "op": "spot", "call": %d, "nonce": "%s"}' % (PROTOCOL_VERSION, call, nonce.encode("ascii"))
 
 
 def is_spot_query(data: Any) -> bool:
@@ -302,4 +329,5 @@ def _type_ok(value: Any, hint: Any) -> bool:
 
 __all__ = ["PROTOCOL_VERSION", "ProtocolError", "LoadRequest", "RunRequest", "TimeRequest", "EventsRequest",
            "ExitRequest", "Hello", "Failure", "LoadReply", "RunReply", "TimeReply", "EventsReply", "Reply",
-           "encode_request", "decode_request", "encode_reply", "parse_reply", "is_spot_query"]
+           "encode_request", "decode_request", "decode_envelope", "encode_reply", "parse_reply",
+           "is_spot_query", "spot_query", "ForgedMessage"]

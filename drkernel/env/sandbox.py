@@ -43,7 +43,7 @@ class CandidateFailure(Exception):
 
     def __init__(self, kind: str, message: str, output_tail: str = ""):
         super().__init__(message)
-        self.kind = kind  # "timeout" | "crash" | "flood" | "memory" | "protocol"
+        self.kind = kind  # "timeout" | "crash" | "flood" | "memory" | "protocol" | "forged" | "cancelled"
         self.message = message
         self.output_tail = output_tail
 
@@ -273,12 +273,15 @@ class CandidateProcess:
         protocol violation."""
         import json
 
-        from drkernel.env.protocol import ProtocolError, encode_request, is_spot_query, parse_reply
+        import secrets
+
+        from drkernel.env.protocol import ForgedMessage, ProtocolError, encode_request, is_spot_query, parse_reply
 
         if self.failure:
             raise self.failure
+        nonce = secrets.token_hex(16)
         try:
-            self.conn.send_bytes(encode_request(req))
+            self.conn.send_bytes(encode_request(req, nonce))
         except (OSError, ValueError) as exc:
             raise self._died(f"could not send request: {exc}") from None
         deadline = time.monotonic() + timeout_s
@@ -290,6 +293,8 @@ class CandidateProcess:
                 except ValueError:
                     data = None
                 if is_spot_query(data):
+                    if data.get("nonce") != nonce:
+                        raise self._forged(f"a spot question without the request's nonce during {req.op}")
                     call = data.get("call")
                     if on_spot is None or not isinstance(call, int) or isinstance(call, bool):
                         raise self._protocol(f"unexpected question during {req.op}: {raw[:80]!r}")
@@ -299,7 +304,9 @@ class CandidateProcess:
                         raise self._died(f"could not answer during {req.op}: {exc}") from None
                     continue
             try:
-                return parse_reply(raw, req.op)
+                return parse_reply(raw, req.op, nonce)
+            except ForgedMessage as exc:
+                raise self._forged(f"{exc} during {req.op}") from None
             except ProtocolError as exc:
                 raise self._protocol(f"malformed reply during {req.op}: {exc}") from None
 
@@ -350,6 +357,12 @@ class CandidateProcess:
             else:
                 message = f"{message} (exit code {code})"
         self.failure = CandidateFailure("crash", message, self.output_tail())
+        self._kill_group()
+        return self.failure
+
+    def _forged(self, message: str) -> CandidateFailure:
+        """A message on the channel that the harness did not write: the candidate's code wrote it."""
+        self.failure = CandidateFailure("forged", message, self.output_tail())
         self._kill_group()
         return self.failure
 

@@ -106,10 +106,16 @@ class SpotChannel:
     def __init__(self, fd: int):
         import os
 
+        from drkernel.env.protocol import spot_query
+
         self._fd, self._read, self._write = fd, os.read, os.write
+        cell: list[str] = [""]
+        # The request's nonce is kept in a closure cell, not an attribute (same reach as the loop's)
+        self.arm = lambda nonce: cell.__setitem__(0, nonce)
+        self._query = lambda call: spot_query(call, cell[0])
 
     def keep(self, call: int) -> bool:
-        payload = b'{"v": 5, "op": "spot", "call": %d}' % call
+        payload = self._query(call)
         msg = len(payload).to_bytes(4, "big", signed=True) + payload
         while msg:
             msg = msg[self._write(self._fd, msg):]

@@ -528,20 +528,21 @@ def main(argv: list[str]) -> int:
         conn.send_bytes(P.encode_reply(P.Failure(stage="compile", error=f"{type(exc).__name__}: {exc}",
                                                  fault="harness")))
         return 3
-    send, recv, encode, decode = conn.send_bytes, conn.recv_bytes, P.encode_reply, P.decode_request
+    send, recv, encode, decode = conn.send_bytes, conn.recv_bytes, P.encode_reply, P.decode_envelope
     while True:
         try:
             raw = recv()
         except EOFError:
             return 0
         try:
-            req = decode(raw)
+            req, nonce = decode(raw)  # the nonce stays in this frame (and the spot channel's closure)
         except P.ProtocolError as exc:
             send(encode(P.Failure(stage="compile", error=f"bad request: {exc}", fault="harness")))
             return 4
         if req.op == "exit":
             return 0
         stage = OP_STAGES[req.op]
+        harness.spot.arm(nonce)
         try:
             reply = getattr(harness, f"op_{req.op}")(req)
         except CandidateError as exc:
@@ -550,7 +551,7 @@ def main(argv: list[str]) -> int:
             fault = "candidate" if harness.candidate_file is not None else "harness"
             reply = P.Failure(stage=stage, error=trim_traceback(exc, harness.candidate_file), fault=fault)
         harness.finish_request(full=False)
-        send(encode(reply, harness.take_findings()))
+        send(encode(reply, harness.take_findings(), nonce))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ compile error)
 ``crash`` with an exit code or  yes: the kernel ended its process (``os._exit``, SIGSEGV,
 a signal of its own             SIGABRT, ...)
 ``memory``, ``flood``           yes: the kernel's allocations and output
+``forged``                      yes: a message on the harness's channel without its nonce
 ``crash`` by SIGKILL/SIGTERM,   no (``worker_died``): something outside killed the worker
 or with no exit status          (the OOM killer, an operator) or its status was lost
 ``timeout``                     no: a deadline also passes when the machine is loaded
@@ -54,7 +55,7 @@ from drkernel.serve.codec import decode_result, encode_result
 from drkernel.serve.jobs import open_db
 
 #: ``failure_kind``s that are the candidate's own doing: verdicts ending in them are reused.
-CANDIDATE_FAILURE_KINDS = frozenset({"crash", "memory", "flood"})
+CANDIDATE_FAILURE_KINDS = frozenset({"crash", "memory", "flood", "forged"})
 #: Signals that end a worker from outside (the OOM killer, an operator, a supervisor).
 EXTERNAL_SIGNALS = frozenset({"SIGKILL", "SIGTERM"})
 # the sandbox's crash message ends its first line with "(exit code N)" or "(killed by SIGX)"

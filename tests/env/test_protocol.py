@@ -83,3 +83,14 @@ def test_spot_questions_are_told_apart_from_replies():
     assert P.is_spot_query(json.loads(b'{"v": 5, "op": "spot", "call": 3}'))
     assert not P.is_spot_query(json.loads(P.encode_reply(P.TimeReply())))
     assert not P.is_spot_query([1]) and not P.is_spot_query({"op": "spot", "ok": True})
+
+
+def test_a_reply_without_the_requests_nonce_is_forged():
+    req, nonce = P.decode_envelope(P.encode_request(P.RunRequest(seed=3, distribution="native"), "n0nce"))
+    assert req == P.RunRequest(seed=3, distribution="native") and nonce == "n0nce"
+    genuine = P.encode_reply(P.RunReply(launches=1), [], nonce)
+    assert P.parse_reply(genuine, "run", nonce).ok
+    for forged in (P.encode_reply(P.RunReply(launches=1)), P.encode_reply(P.RunReply(launches=1), [], "guess")):
+        with pytest.raises(P.ForgedMessage):
+            P.parse_reply(forged, "run", nonce)
+    assert json.loads(P.spot_query(7, nonce)) == {"v": P.PROTOCOL_VERSION, "op": "spot", "call": 7, "nonce": nonce}
