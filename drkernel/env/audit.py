@@ -245,6 +245,7 @@ class Auditor:
         self._guard_conversions(torch)
         self._guard_modes(torch)
         self._guard_registrations(torch)
+        self._guard_signals()
 
     def _wrap_everywhere(self, originals: list[Any], make: Callable[[Any], Any]) -> None:
         """Replace every module-level reference to each of ``originals`` by ``make(original)``."""
@@ -294,6 +295,29 @@ class Auditor:
         originals = [getattr(_thread, n) for n in ("start_new_thread", "start_new", "start_joinable_thread")
                      if hasattr(_thread, n)]
         self._wrap_everywhere(originals, lambda o: self._guarded(o, "forbidden_operation", "starting a thread"))
+
+    def _guard_signals(self) -> None:
+        """Signal handlers and timers set by the candidate. A Python signal handler is called with
+        the *interrupted frame*: whatever the harness was running (the timing loop, with its samples
+        and its seeds), a frame obtained without any audited operation, from which ``f_back`` and
+        ``f_locals`` reach everything. And a timer defers work past the end of a timed call. Both
+        are refused, however the ``signal`` module is reached (every reference is replaced)."""
+        import signal
+
+        try:
+            import _signal
+        except ImportError:  # pragma: no cover - CPython always has it
+            _signal = None
+        names = ("signal", "setitimer", "alarm", "raise_signal", "pthread_kill", "set_wakeup_fd",
+                 "siginterrupt", "pthread_sigmask", "sigwait", "sigwaitinfo", "sigtimedwait")
+        targets = []
+        for owner in (signal, _signal):
+            for n in names:
+                fn = getattr(owner, n, None) if owner is not None else None
+                if fn is not None and fn not in targets:
+                    targets.append(fn)
+        self._wrap_everywhere(targets, lambda o: self._guarded(o, "forbidden_operation",
+                                                               f"signal.{getattr(o, '__name__', '?')}"))
 
     def _guard_modes(self, torch: Any) -> None:
         """Popping or disabling the harness's dispatch/function modes from the candidate's code."""
@@ -348,6 +372,10 @@ class Auditor:
         dlpack = [getattr(torch._C, n) for n in ("_to_dlpack", "_to_dlpack_versioned") if hasattr(torch._C, n)]
         if dlpack:  # torch.utils.dlpack.to_dlpack is torch._C._to_dlpack: every reference to it
             self._wrap_everywhere(dlpack, lambda o: self._recorded(o, "host_compute", "torch.utils.dlpack.to_dlpack()"))
+        # and the other way: tensors over NumPy's (host) memory, which Triton kernels could then
+        # fill for NumPy to compute on
+        shared = [getattr(torch, n) for n in ("from_numpy", "frombuffer") if hasattr(torch, n)]
+        self._wrap_everywhere(shared, lambda o: self._recorded(o, "host_compute", f"torch.{o.__name__}()"))
         for name in ("numpy", "tolist", "__array__", "__dlpack__"):
             original = getattr(torch.Tensor, name, None)
             if original is None:

@@ -55,6 +55,9 @@ _TABLE = (
          "static"),
     Hack("file_access", "os, pathlib, io, pickle, sockets, open, torch.load/save",
          "File, OS and network access is not allowed.", "static"),
+    Hack("kernel_python", "a @triton.jit body calls something Triton cannot compile (a Python helper, NumPy, torch)",
+         "A @triton.jit kernel may call only triton.language, other @triton.jit functions and simple builtins: "
+         "calling Python, NumPy or torch code inside a kernel runs it on the host.", "static"),
     # -- runtime: what the candidate's process did ---------------------------------------------------
     Hack("forbidden_operation", "an operation the worker's audit refused: frames, gc, files, network, "
          "processes, ctypes, code objects, exec, imports of other modules, threads",

@@ -13,6 +13,11 @@ Installed in the candidate's process *before* the candidate is imported:
   points every Triton launch goes through (``JITFunction.run``, ``InterpretedFunction.run``;
   ``@triton.autotune``/``@triton.heuristics`` end in one of these). On a GPU the device records
   decide instead.
+* **Fencing memory** (CPU interpreter): a kernel's loads, stores and atomics may touch only the
+  storages of the tensors passed to its launch (:func:`install_memory_fence`). On a GPU a kernel
+  reaches device memory only; in the interpreter its pointers are host addresses, and without the
+  fence an integer cast to a pointer reads or writes anything in the process (a NumPy buffer doing
+  the math outside the kernels, the harness's own memory).
 """
 
 from __future__ import annotations
@@ -97,3 +102,103 @@ def install_naming(own_file: str, suffix: str) -> None:
 
 
 __all__ = ["LaunchRecorder", "install_naming"]
+
+
+def install_memory_fence() -> None:
+    """Confine the interpreter's memory operations to the launch's tensor arguments.
+
+    Every launch goes through ``GridExecutor.__call__``; while it runs, the address ranges of the
+    storages of its tensor arguments (in tuples and tensor descriptors too) are the only memory the
+    interpreter's ``load``, ``store``, ``atomic_cas`` and ``atomic_rmw`` may reach: each lane that
+    is not masked off must address a whole element inside one of them. Anything else fails the
+    kernel (``PermissionError`` naming the address), as an illegal address does on a GPU: an
+    out-of-bounds access is a bug (the correctness verdict says where), and memory the launch was
+    not given — a NumPy buffer through an integer cast to a pointer, the harness's own — is out of
+    reach. A launch whose arguments include a Python callable that is not a ``@triton.jit``
+    function (a NumPy function passed as a constexpr, which the interpreter would run on the host
+    and a GPU could not compile) fails the same way. Outside a launch nothing may be reached. The ranges live in
+    a :func:`~drkernel.env.audit.sealed` handler, so code that reaches the wrappers can call them
+    but not widen the fence (a launch it makes itself opens only its own arguments' storages)."""
+    import numpy as np
+    import torch
+    import triton.runtime.interpreter as interp
+
+    from drkernel.env.audit import sealed
+
+    real = interp._interpreter
+    descriptor = getattr(interp, "TensorDescriptor", None)
+
+    def ranges_of(values: Any, out: list) -> None:
+        for v in values:
+            if isinstance(v, torch.Tensor):
+                s = v.untyped_storage()
+                out.append((int(s.data_ptr()), int(s.data_ptr()) + int(s.nbytes())))
+            elif isinstance(v, (tuple, list)):
+                ranges_of(v, out)
+            elif descriptor is not None and isinstance(v, descriptor):
+                ranges_of([v.base], out)
+
+    stack: list = []
+
+    def handler(msg: Any) -> None:
+        op = msg[0]
+        if op == "enter":
+            ranges: list = []
+            ranges_of(list(msg[1]) + list(msg[2].values()), ranges)
+            stack.append(ranges)
+        elif op == "exit":
+            if stack:
+                stack.pop()
+        elif op == "check":
+            ptrs, mask, itemsize, what = msg[1], msg[2], int(msg[3]), msg[4]
+            addrs = np.asarray(ptrs).astype(np.uint64, copy=False).reshape(-1)
+            if mask is not None:
+                addrs = addrs[np.broadcast_to(np.asarray(mask, dtype=bool), np.shape(ptrs)).reshape(-1)]
+            if addrs.size == 0:
+                return
+            ok = np.zeros(addrs.shape, dtype=bool)
+            for lo, hi in (stack[-1] if stack else ()):
+                ok |= (addrs >= np.uint64(lo)) & (addrs <= np.uint64(max(hi - itemsize, 0)))
+            if not ok.all():
+                bad = int(addrs[~ok][0])
+                raise PermissionError(f"out-of-bounds {what}: {int((~ok).sum())} lane(s) address memory outside "
+                                      f"the tensors passed to this launch (first at {bad:#x}); mask them, as "
+                                      "on a GPU this is an illegal memory access")
+
+    fence = sealed(handler)
+
+    class Fenced:
+        """``triton._C.libtriton.interpreter`` with its memory operations fenced."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+    fenced = Fenced()
+    fenced.load = lambda ptrs, mask, other, dtype: (  # type: ignore[attr-defined]
+        fence(("check", ptrs, mask, np.dtype(dtype).itemsize, "load")), real.load(ptrs, mask, other, dtype))[1]
+    fenced.store = lambda ptrs, value, mask: (  # type: ignore[attr-defined]
+        fence(("check", ptrs, mask, np.asarray(value).dtype.itemsize, "store")), real.store(ptrs, value, mask))[1]
+    fenced.atomic_cas = lambda ptr, cmp, val, sem: (  # type: ignore[attr-defined]
+        fence(("check", ptr, None, np.asarray(val).dtype.itemsize, "atomic")), real.atomic_cas(ptr, cmp, val, sem))[1]
+    fenced.atomic_rmw = lambda op, ptr, val, mask, sem: (  # type: ignore[attr-defined]
+        fence(("check", ptr, mask, np.asarray(val).dtype.itemsize, "atomic")),
+        real.atomic_rmw(op, ptr, val, mask, sem))[1]
+    interp._interpreter = fenced
+
+    original_call = interp.GridExecutor.__call__
+    from triton.runtime.jit import KernelInterface
+
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        for v in list(args) + list(kwargs.values()):  # a callable argument runs in the kernel's body
+            if callable(v) and not isinstance(v, (KernelInterface, torch.Tensor, type)):
+                what = getattr(v, "__name__", type(v).__name__)
+                raise PermissionError(f"kernel argument {what} is a Python callable: only @triton.jit functions "
+                                      "can run inside a kernel")
+        fence(("enter", args, kwargs))
+        try:
+            return original_call(self, *args, **kwargs)
+        finally:
+            fence(("exit",))
+
+    interp.GridExecutor.__call__ = call
+

@@ -21,6 +21,9 @@ output_cache       functools caches, module-level containers mutated at run time
 introspection      gc, inspect, sys, importlib, ctypes, exec/eval, frame and ``__dict__`` access, torch._C,
                    ``super(...)`` with arguments (#14, #24)
 file_access        os, pathlib, io, pickle, sockets, ``open``, ``torch.load``/``save`` (#22, #24)
+kernel_python      a ``@triton.jit`` body calls something Triton cannot compile: a module-level
+                   Python function, a NumPy or torch function, or reaches a value's ``.handle`` (the
+                   interpreter would run it on the host; the GPU compiler refuses it)
 ================== ==========================================================================
 
 The checks are deliberately strict: a kernel that needs none of these things loses nothing, and
@@ -442,4 +445,49 @@ def check_source(source: str, entry_point: str = "Model") -> StaticReport:
                 and isinstance(node.func.value, ast.Call) and _dotted(node.func.value.func) == "super":
             report.findings.append(Finding("reference_access", "calls super().forward()", node.lineno))
     report.findings.extend(_self_state_in_forward(checker, cls_name))
+    report.findings.extend(_python_in_kernels(checker))
     return report
+
+
+#: Python builtins a Triton kernel body may call (the compiler handles them on constexprs).
+_KERNEL_BUILTINS = frozenset({"range", "min", "max", "len", "print", "int", "float", "bool", "isinstance", "abs",
+                              "zip", "enumerate", "tuple", "list", "divmod", "round", "type", "str"})
+#: Module roots whose functions a kernel body may call: Triton's (``tl.*``, ``libdevice``...) and
+#: ``math`` on constexpr scalars.
+_KERNEL_MODULES = frozenset({"triton", "math"})
+
+
+def _python_in_kernels(checker: _Checker) -> list[Finding]:
+    """Calls in ``@triton.jit`` bodies that only the CPU interpreter would run: on a GPU a kernel
+    can call Triton's language, other ``@triton.jit`` functions and a few builtins; the interpreter
+    runs the body as Python, so anything else (a NumPy product on the lanes' arrays, a module-level
+    helper) would compute on the host where the GPU compiler refuses. Method calls on the kernel's
+    own values (``x.to(...)``) and calls of its parameters (``@triton.jit`` callables passed as
+    constexprs; the launch checks them at run time) are the kernel's."""
+    out: list[Finding] = []
+    for name in sorted(checker.kernels):
+        fn = checker.functions.get(name)
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        local = {a.arg for a in fn.args.args + fn.args.kwonlyargs + fn.args.posonlyargs}
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                local.add(node.id)
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Attribute) and (node.attr == "handle" or node.attr.startswith("__")):
+                # a Triton value's ``handle`` is the interpreter's NumPy array (compiled: an IR value)
+                out.append(Finding("kernel_python", f"kernel {name} reaches .{node.attr}, the interpreter's "
+                                                    "internals, not Triton", node.lineno))
+                continue
+            if not isinstance(node, ast.Call):
+                continue
+            root = _root_name(node.func)
+            if root is None or root in local or root in checker.kernels:
+                continue
+            if isinstance(node.func, ast.Name) and root in _KERNEL_BUILTINS:
+                continue
+            if checker.module_aliases.get(root) in _KERNEL_MODULES:
+                continue
+            what = _dotted(node.func) or root
+            out.append(Finding("kernel_python", f"kernel {name} calls {what}(), which is not Triton", node.lineno))
+    return out

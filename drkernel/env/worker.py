@@ -338,7 +338,7 @@ class Harness:
         """Confine the process, install the audit and the fingerprint, name the candidate's kernels."""
         from drkernel.env.audit import StateGuard
         from drkernel.env.confine import confine, private_environment
-        from drkernel.env.launches import install_naming
+        from drkernel.env.launches import install_memory_fence, install_naming
         from drkernel.env.triton_cache import SHARED_ENV
 
         torch = self.torch
@@ -362,6 +362,7 @@ class Harness:
         self.auditor.install(torch)
         extra = ()
         if self.device == "cpu":
+            install_memory_fence()
             self._install_foreign_mode()
             extra = (("ForeignWork", type(self.mode)),)
         self.guard = StateGuard(torch, extra_classes=extra)

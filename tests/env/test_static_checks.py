@@ -197,3 +197,54 @@ class ModelNew(nn.Module):
     for src, needle in ((src_default, "mutable default"), (src_funcattr, "_product.last")):
         report = check_source(src)
         assert "output_cache" in report.hack_reasons and any(needle in m for m in report.messages()), report
+
+
+def _kernel_findings(kernel_src: str) -> list[str]:
+    source = textwrap.dedent('''
+    import math
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import triton
+    import triton.language as tl
+    from triton.language.extra import libdevice
+
+    def helper(a):
+        return a
+
+    @triton.jit
+    def _act(x):
+        return tl.where(x > 0, x, 0.0)
+    ''') + textwrap.dedent(kernel_src) + HONEST_FORWARD.replace("k[(", "kern[(")
+    return [f.message for f in check_source(source).findings if f.id == "kernel_python"]
+
+
+def test_kernel_bodies_may_call_triton_jit_functions_builtins_and_their_own_values():
+    assert _kernel_findings('''
+    @triton.jit
+    def kern(x_ptr, o_ptr, n, B: tl.constexpr, ACT: tl.constexpr):
+        offs = tl.program_id(0) * B + tl.arange(0, B)
+        x = tl.load(x_ptr + offs, mask=offs < n).to(tl.float32)
+        y = libdevice.tanh(_act(x)) + tl.math.exp(x) * math.log2(2.0)
+        for i in range(min(B, 4)):
+            y = ACT(y)
+        tl.store(o_ptr + offs, y, mask=offs < n)
+    ''') == []
+
+
+@pytest.mark.parametrize("call, flagged", [
+    ("y = helper(x)", "helper()"),
+    ("y = np.tanh(x)", "np.tanh()"),
+    ("y = torch.tanh(x)", "torch.tanh()"),
+    ("x.handle.data[:] = 0.0\n        y = x", ".handle"),
+])
+def test_kernel_bodies_calling_python_are_flagged(call, flagged):
+    found = _kernel_findings(f'''
+    @triton.jit
+    def kern(x_ptr, o_ptr, n, B: tl.constexpr):
+        offs = tl.program_id(0) * B + tl.arange(0, B)
+        x = tl.load(x_ptr + offs, mask=offs < n)
+        {call}
+        tl.store(o_ptr + offs, y, mask=offs < n)
+    ''')
+    assert found and flagged in found[0], found
