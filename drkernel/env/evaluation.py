@@ -663,6 +663,13 @@ class Evaluation:
             self._finding("output_aliases_input", f"{label}")
         if r.dense is False and ref.dense:
             self._finding("lazy_output", f"{label}: the output is not dense (e.g. an expanded constant)")
+        if r.strides is not None and ref.contiguous and ref.out.numel() > 1 \
+                and not _contiguous_strides(list(ref.out.shape), r.strides):
+            # The values are compared in row-major order; the layout is part of the result too (a
+            # transposed view of a straight copy is not the transpose the task materialises).
+            return self._trial_failed(f"{desc}: the output is laid out with strides {tuple(r.strides)}, the "
+                                      f"reference's is contiguous {tuple(ref.out.stride())}: return it in that "
+                                      "layout (.contiguous() in your kernel's output, not a view)")
         try:
             with self._shared(), self.clock.part("transfers"):  # a GPU read is GPU work: not during a timing
                 out = read_tensor(r.out, self.proc.workdir, ref.out.device)
@@ -877,5 +884,18 @@ def evaluate(task: Task | os.PathLike | str, source: str | os.PathLike, *, seed:
     return Evaluation(prepared, src, seed=seed, config=config, cancel=cancel).run()
 
 
+def _contiguous_strides(shape: list[int], strides: list[int]) -> bool:
+    """Whether ``strides`` are row-major for ``shape`` (dimensions of size 1 may have any stride)."""
+    if len(shape) != len(strides):
+        return False
+    expected = 1
+    for size, stride in zip(reversed(shape), reversed(strides)):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 __all__ = ["evaluate", "Evaluation", "EvaluationCancelled", "CancelToken", "Plan", "DeviceGate", "device_gate", "fresh_process",
            "as_task", "as_source", "resolve_device"]
+

@@ -42,6 +42,8 @@ class ReferenceOutput:
     aliases_input: bool
     dense: bool
     shapes: str
+    contiguous: bool = True
+    """Whether the reference's own output is row-major (``out`` may be a contiguous copy of a view)."""
 
     @property
     def nbytes(self) -> int:
@@ -137,7 +139,7 @@ class PreparedTask:
                                 "a single tensor is required")
             tensors = list(tensors_in(inputs))
             ref = ReferenceOutput(out.detach(), aliases(out, tensors), is_dense(out),
-                                  ", ".join(str(tuple(t.shape)) for t in before) or "-")
+                                  ", ".join(str(tuple(t.shape)) for t in before) or "-", out.is_contiguous())
             if ref.aliases_input:
                 ref.out = ref.out.clone()  # keep the value, not a view of inputs dropped below
             if not cache:

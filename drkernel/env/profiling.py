@@ -14,8 +14,10 @@ around every call, sees each aten operator and asks who ran it (:func:`drkernel.
 from the Python stack: torch's own frames skipped): Triton's interpreter moving a kernel's arguments
 is the kernel's; the candidate's code — forward, a launch-grid callable, a kernel body calling torch
 — is torch work outside its kernels. Each such operator is costed in *byte equivalents*: bytes of
-its tensor arguments and results, and for matrix products and convolutions one byte per FLOP when
-that is larger. (An H100 balances at about 20 fp32 FLOPs a byte, but the CPU runs the tasks' small
+its tensor arguments and results, and for operators with a FLOP formula — torch's own
+(``torch.utils.flop_counter``: products, convolutions, every attention kernel; fused variants such
+as the CPU's attention or ``_addmm_activation`` priced by the formula of the arithmetic they do) —
+one byte per FLOP when that is larger. (An H100 balances at about 20 fp32 FLOPs a byte, but the CPU runs the tasks' small
 sizes, where a product's arithmetic intensity is a fraction of its intensity at full size: priced at
 the balance point, the product of ``envs/fused_ops`` task 02 was 48% of its small reference's cost,
 and a candidate doing it in torch kept half its coverage, while on a GPU at full size the product is
@@ -46,6 +48,26 @@ NON_COMPUTE = frozenset({
     "is_contiguous", "_nested_tensor_size", "record_stream",
 })
 _MATMULS = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "addmv", "mv", "dot", "_scaled_mm", "addbmm"})
+#: Fused operators that do a registered operator's arithmetic under another name (the CPU's own
+#: attention kernel, a GEMM with its activation): priced by that operator's FLOP formula.
+_FLOP_ALIASES = {"_addmm_activation": "addmm",
+                 "_scaled_dot_product_flash_attention_for_cpu": "_scaled_dot_product_flash_attention",
+                 "_scaled_dot_product_fused_attention_overrideable": "_scaled_dot_product_flash_attention"}
+_FORMULAS: dict[str, Any] = {}
+
+
+def _flop_formula(base: str) -> Any:
+    """torch's own FLOP formula for an aten operator (``torch.utils.flop_counter``: products,
+    convolutions, every attention kernel, maintained with the operators), or None."""
+    if not _FORMULAS:
+        try:
+            from torch.utils.flop_counter import flop_registry
+        except ImportError:  # pragma: no cover - torch < 2.1
+            flop_registry = {}
+        for packet, fn in flop_registry.items():
+            _FORMULAS[str(getattr(packet, "__name__", packet)).split(".")[-1]] = fn
+        _FORMULAS.setdefault("", None)
+    return _FORMULAS.get(_FLOP_ALIASES.get(base, base))
 _CONVS = frozenset({"convolution", "_convolution", "conv2d", "conv1d", "conv3d", "cudnn_convolution",
                     "mkldnn_convolution", "_slow_conv2d_forward", "slow_conv3d_forward", "conv_transpose2d"})
 FLOPS_PER_BYTE = 1.0
@@ -76,8 +98,14 @@ def op_cost(name: str, args: Any, kwargs: Any, result: Any) -> float:
     _tensors(result, ts)
     nbytes = float(sum(t.numel() * t.element_size() for t in ts))
     flops = 0.0
+    formula = _flop_formula(base)
     try:
-        if base in _MATMULS:
+        if formula is not None:
+            flops = float(formula(*args, **kwargs, out_val=result))
+        elif base == "_cdist_forward" and len(ts) >= 2:  # x1 [.., P, M], x2 [.., R, M]: 3 FLOPs a term
+            x1, x2 = ts[0], ts[1]
+            flops = 3.0 * x1.numel() * x2.shape[-2]
+        elif base in _MATMULS:
             a = [t for t in ts[:3] if t.dim() >= 1]
             mats = [t for t in a if t.dim() >= 2]
             if len(mats) >= 2:

@@ -181,6 +181,8 @@ class RunReply:
     lazy: str | None = None
     aliases_input: bool = False
     dense: bool | None = None
+    strides: list[int] | None = None
+    """The output's strides (the file carries its values in row-major order, not its layout)."""
     mutated: list[int] = field(default_factory=list)
     out: dict[str, Any] | None = None
     draw_s: float = 0.0

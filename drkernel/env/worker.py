@@ -216,6 +216,7 @@ class Harness:
             return reply
         reply.aliases_input = aliases(out, tensors)
         reply.dense = is_dense(out)
+        reply.strides = [int(s) for s in out.stride()]
         reply.mutated = [i for i, (a, b) in enumerate(zip(tensors, pristine)) if not _same_bits(a, b)]
         t0 = _perf()
         reply.out = self.tensor_io.write_tensor(out, self.workdir, req.out_name)
