@@ -48,7 +48,8 @@ class EvalConfig:
     hidden seed (times a power-of-two factor, negated where the task allows) and fresh parameter
     values, so no result can be reused from an earlier call."""
     spot_checks: int = 8
-    """At most this many timed outputs are kept and checked against the reference."""
+    """At most this many timed outputs are kept and checked against the reference (with 5 timed
+    calls or fewer, every one is: a sample would let a cheap output on most of them move the median)."""
     spot_rate: float = 0.15
     """After each timed call the grader keeps its output with this probability (until
     ``spot_checks`` are kept; the last call is kept if none was). The decision is made after the
