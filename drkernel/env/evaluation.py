@@ -58,6 +58,7 @@ from drkernel.env.compare import compare_outputs
 from drkernel.env.config import EvalConfig
 from drkernel.env.feedback import build_feedback
 from drkernel.env.prepared import PreparedTask, ReferenceOutput, TrialKey
+from drkernel.env.profiling import UNBOUNDED
 from drkernel.env.protocol import EventsRequest, LoadRequest, Reply, RunRequest, TimeRequest
 from drkernel.env.result import EnvironmentFailure, EvalError, EvalResult, Stage
 from drkernel.env.sandbox import CandidateFailure, CandidateProcess
@@ -644,8 +645,12 @@ class Evaluation:
             r.details["profile"] = {"method": "cpu_dispatch", "torch_cost_per_call": per_call,
                                     "torch_cost_median": statistics.median(costs) if costs else 0.0,
                                     "reference_cost": ref_cost}
-            others = f"torch operators outside your kernels cost about {per_call / max(ref_cost, 1e-9):.0%} " \
-                     "of the reference's own work" if per_call else ""
+            if per_call >= UNBOUNDED:
+                others = ("a torch operator whose work cannot be bounded by its bytes (a fused library kernel, "
+                          "linear algebra, a bilinear form) ran outside your kernels: write that work in Triton")
+            else:
+                others = f"torch operators outside your kernels cost about {per_call / max(ref_cost, 1e-9):.0%} " \
+                         "of the reference's own work" if per_call else ""
         r.coverage = None if coverage is None else float(min(max(coverage, 0.0), 1.0))
         if r.coverage is not None and r.coverage < cfg.min_coverage and r.error is None:
             self._fail(Stage.PROFILING, f"only {100 * r.coverage:.0f}% of the forward's work is in your own Triton "

@@ -54,6 +54,35 @@ _FLOP_ALIASES = {"_addmm_activation": "addmm",
                  "_scaled_dot_product_flash_attention_for_cpu": "_scaled_dot_product_flash_attention",
                  "_scaled_dot_product_fused_attention_overrideable": "_scaled_dot_product_flash_attention"}
 _FORMULAS: dict[str, Any] = {}
+#: Operators whose work is linear in the bytes they touch (besides those torch tags ``pointwise`` or
+#: ``reduction``): copies, concatenation, indexing and gathers, normalisations, softmax, scans,
+#: sorting, pooling, padding, comparisons. Priced by their bytes.
+LINEAR_WORK = frozenset({
+    "add", "sub", "rsub", "mul", "div", "fmod", "remainder", "maximum", "minimum", "clamp_min", "clamp_max", "where",
+    "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "logical_xor", "bitwise_not",
+    "isnan", "isinf", "isfinite", "sign", "addcmul", "addcdiv", "lerp", "masked_fill", "copy", "copy_", "_to_copy",
+    "to", "clone", "contiguous", "_copy_from", "_copy_from_and_resize", "cat", "stack", "index_select", "gather",
+    "scatter", "scatter_add", "scatter_reduce", "index", "_unsafe_index", "index_put", "index_put_", "_index_put_impl_",
+    "index_add", "index_copy", "index_fill", "masked_select", "masked_scatter", "take", "put_", "embedding",
+    "embedding_bag", "_embedding_bag", "_embedding_bag_forward_only", "one_hot", "slice_scatter", "select_scatter",
+    "diagonal_scatter", "as_strided_scatter", "_softmax", "_log_softmax", "softmax", "log_softmax",
+    "native_layer_norm", "layer_norm", "native_batch_norm", "_native_batch_norm_legit",
+    "_native_batch_norm_legit_no_training", "native_group_norm", "_fused_rms_norm", "rms_norm", "cumsum", "cumprod",
+    "cummax", "cummin", "logcumsumexp", "sort", "argsort", "topk", "kthvalue", "median", "nonzero", "_unique2",
+    "unique_dim", "bincount", "histc", "searchsorted", "bucketize", "constant_pad_nd", "reflection_pad1d",
+    "reflection_pad2d", "replication_pad1d", "replication_pad2d", "repeat", "repeat_interleave", "flip", "roll",
+    "tril", "triu", "avg_pool1d", "avg_pool2d", "avg_pool3d", "max_pool1d", "max_pool2d", "max_pool2d_with_indices",
+    "max_pool3d_with_indices", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "_adaptive_avg_pool2d",
+    "adaptive_max_pool2d", "upsample_nearest1d", "upsample_nearest2d", "upsample_bilinear2d", "upsample_linear1d",
+    "grid_sampler_2d", "var", "std", "var_mean", "std_mean", "sum", "mean", "prod", "amax", "amin", "max", "min",
+    "argmax", "argmin", "all", "any", "logsumexp", "norm", "linalg_vector_norm", "dropout", "native_dropout",
+    "alias_copy", "view_copy", "expand_copy", "permute_copy", "t_copy", "transpose_copy", "unsqueeze_copy",
+    "squeeze_copy", "slice_copy", "select_copy", "split_copy", "unbind_copy", "diagonal", "diag_embed", "diag",
+})
+UNBOUNDED = 1e18
+"""The price of a candidate's operator whose work the grader cannot bound (no FLOP formula, not
+linear in its bytes): a fused library kernel, linear algebra, a bilinear form. Fail closed: one
+such call outside the candidate's kernels is more than the whole reference."""
 
 
 def _flop_formula(base: str) -> Any:
@@ -87,8 +116,12 @@ def _tensors(x: Any, out: list) -> None:
             _tensors(y, out)
 
 
-def op_cost(name: str, args: Any, kwargs: Any, result: Any) -> float:
-    """Byte equivalents of one aten operator (see the module doc); 0 for non-compute operators."""
+def op_cost(name: str, args: Any, kwargs: Any, result: Any, func: Any = None, bounded_only: bool = False) -> float:
+    """Byte equivalents of one aten operator (see the module doc); 0 for non-compute operators.
+
+    An operator that has no FLOP formula and is neither tagged ``pointwise``/``reduction`` by torch
+    nor in :data:`LINEAR_WORK` has work the bytes do not bound: with ``bounded_only`` (the
+    candidate's calls) it costs :data:`UNBOUNDED`; otherwise (the reference's) its bytes."""
     base = name.split(".")[0]
     if base in NON_COMPUTE:
         return 0.0
@@ -117,13 +150,25 @@ def op_cost(name: str, args: Any, kwargs: Any, result: Any) -> float:
             flops = 2.0 * out.numel() * (w.numel() / max(w.shape[0], 1))
     except Exception:  # noqa: BLE001 - shapes of an unusual overload: bytes only
         flops = 0.0
+    if bounded_only and formula is None and flops == 0.0 and base not in LINEAR_WORK and base not in _MATMULS \
+            and base != "_cdist_forward" and not _linear_tags(func):
+        return UNBOUNDED
     return max(nbytes, flops / FLOPS_PER_BYTE)
 
 
-def make_foreign_work(classify: Callable[[Any], Any]) -> Any:
+def _linear_tags(func: Any) -> bool:
+    """Whether torch tags the operator (this overload) ``pointwise`` or ``reduction``."""
+    import torch
+
+    tags = getattr(func, "tags", None) or ()
+    wanted = {getattr(torch.Tag, "pointwise", None), getattr(torch.Tag, "reduction", None)} - {None}
+    return any(t in wanted for t in tags)
+
+
+def make_foreign_work(classify: Callable[[Any], Any], bounded_only: bool = False) -> Any:
     """A torch dispatch mode that reports each aten operator to ``classify((name, cost_fn, frame))``
     (a sealed callable owned by the harness; ``cost_fn()`` computes the cost lazily, only for
-    operators the candidate ran)."""
+    operators the candidate ran; ``bounded_only``: see :func:`op_cost`)."""
     import sys
 
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -136,7 +181,7 @@ def make_foreign_work(classify: Callable[[Any], Any]) -> Any:
             result = func(*args, **kwargs)
             name = str(getattr(func, "__name__", func))
             if name.split(".")[0] not in NON_COMPUTE:
-                classify((name, lambda: op_cost(name, args, kwargs, result), getframe(1)))
+                classify((name, lambda: op_cost(name, args, kwargs, result, func, bounded_only), getframe(1)))
             return result
 
     return ForeignWork()

@@ -386,7 +386,7 @@ class Harness:
                     totals["cost"] += c
                     totals["ops"][name] = totals["ops"].get(name, 0) + 1
 
-        self.mode = make_foreign_work(sealed(classify))
+        self.mode = make_foreign_work(sealed(classify), bounded_only=self.role == "candidate")
         self._mode_id = (id(self.mode), id(type(self.mode)), tuple(sorted(vars(self.mode).items(), key=lambda kv: kv[0])))
         self._foreign_read = sealed(lambda _: (totals["cost"], dict(totals["ops"])))
 

@@ -41,3 +41,21 @@ def test_a_tiny_product_costs_its_bytes():
     a, b = torch.randn(2, 1), torch.randn(1, 2)
     out = a @ b
     assert op_cost("mm.default", (a, b), {}, out) == (2 + 2 + 4) * 4  # 8 FLOPs < 32 bytes
+
+
+def test_an_operator_whose_work_the_bytes_do_not_bound_fails_closed_for_the_candidate():
+    from drkernel.env.profiling import UNBOUNDED
+
+    x1, x2, w = torch.randn(6, 5), torch.randn(6, 1), torch.randn(4, 5, 1)
+    out = torch.nn.functional.bilinear(x1, x2, w)
+    args = (x1, x2, w, [], [], [], [], 1)
+    bytes_only = op_cost("_trilinear.default", args, {}, out)
+    assert 0 < bytes_only < UNBOUNDED  # the reference's side: its bytes
+    assert op_cost("_trilinear.default", args, {}, out, torch.ops.aten._trilinear.default, bounded_only=True) \
+        == UNBOUNDED
+    # torch's own tags and the linear-work list keep honest glue priced by its bytes
+    t = torch.randn(8, 8)
+    assert op_cost("tanh.default", (t,), {}, t.tanh(), torch.ops.aten.tanh.default, bounded_only=True) == 2 * 64 * 4
+    s = torch.softmax(t, -1)
+    assert op_cost("_softmax.default", (t, -1, False), {}, s, torch.ops.aten._softmax.default,
+                   bounded_only=True) == 2 * 64 * 4
