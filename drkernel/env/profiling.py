@@ -26,8 +26,11 @@ whole reference forward (measured the same way in the reference's own process)::
 
     coverage (CPU) = 1 - min(1, cost of the candidate's torch work / cost of the reference's)
 
-Allocation, views, fills and metadata are free. A label or marker the candidate writes changes
-nothing here: attribution comes from where code lives, not from names.
+Allocation, views, fills and metadata are free. Operators the model cannot bound — no FLOP formula,
+not tagged ``pointwise``/``reduction`` by torch, not in :data:`LINEAR_WORK` — fail closed for the
+candidate (:data:`UNBOUNDED`: more than the whole reference) and cost their bytes for the reference.
+A label or marker the candidate writes changes nothing here: attribution comes from where code
+lives, not from names.
 """
 
 from __future__ import annotations
