@@ -376,6 +376,30 @@ class Auditor:
         # fill for NumPy to compute on
         shared = [getattr(torch, n) for n in ("from_numpy", "frombuffer") if hasattr(torch, n)]
         self._wrap_everywhere(shared, lambda o: self._recorded(o, "host_compute", f"torch.{o.__name__}()"))
+        # a storage's bytes on the host: its pickling (the raw data rides along), indexing, lists,
+        # and a storage made from a host buffer
+        for cls in (torch.UntypedStorage, getattr(torch, "TypedStorage", None)):
+            if cls is None:
+                continue
+            for name in ("__reduce__", "__reduce_ex__", "__getitem__", "__setitem__", "__iter__", "tolist",
+                         "_write_file", "__getstate__"):
+                original = getattr(cls, name, None)
+                if original is None:
+                    continue
+
+                def make_s(original, name, cls=cls):
+                    def storage_access(self, *args, **kwargs):
+                        gate(("host_compute", f"{cls.__name__}.{name}()", getframe(1)))
+                        return original(self, *args, **kwargs)
+
+                    storage_access.__name__ = name
+                    return storage_access
+
+                setattr(cls, name, make_s(original, name))
+            bound = getattr(cls, "from_buffer", None)
+            if bound is not None:
+                setattr(cls, "from_buffer", staticmethod(self._recorded(bound, "host_compute",
+                                                                        f"{cls.__name__}.from_buffer()")))
         for name in ("numpy", "tolist", "__array__", "__dlpack__"):
             original = getattr(torch.Tensor, name, None)
             if original is None:

@@ -188,12 +188,30 @@ def install_memory_fence() -> None:
     original_call = interp.GridExecutor.__call__
     from triton.runtime.jit import KernelInterface
 
+    import triton.language as tl
+
+    plain = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, tl.dtype, KernelInterface, np.generic)
+    if descriptor is not None:
+        plain = plain + (descriptor,)
+
+    def check_arg(v: Any) -> None:
+        """What a compiled kernel accepts: tensors, numbers, strings, dtypes, @triton.jit functions
+        (and tuples and constexprs of them). Any other object's methods and operators would run as
+        host Python inside the interpreted body (``OBJ @ acc``, ``tl.static_print(OBJ)``)."""
+        if isinstance(v, tl.constexpr):
+            return check_arg(v.value)
+        if isinstance(v, tuple):
+            for x in v:
+                check_arg(x)
+            return
+        if not isinstance(v, plain):
+            what = getattr(v, "__name__", None) or type(v).__name__
+            raise PermissionError(f"kernel argument {what} is a Python object: only tensors, numbers, strings, "
+                                  "dtypes and @triton.jit functions can be passed to a kernel")
+
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        for v in list(args) + list(kwargs.values()):  # a callable argument runs in the kernel's body
-            if callable(v) and not isinstance(v, (KernelInterface, torch.Tensor, type)):
-                what = getattr(v, "__name__", type(v).__name__)
-                raise PermissionError(f"kernel argument {what} is a Python callable: only @triton.jit functions "
-                                      "can run inside a kernel")
+        for v in list(args) + list(kwargs.values()):
+            check_arg(v)
         fence(("enter", args, kwargs))
         try:
             return original_call(self, *args, **kwargs)

@@ -134,6 +134,10 @@ class _Checker(ast.NodeVisitor):
         self.functions: dict[str, ast.AST] = {}  # module-level functions and classes' methods "Cls.meth"
         self.classes: dict[str, ast.ClassDef] = {}
         self.module_mutables: set[str] = set()
+        self.module_constants: set[str] = set()
+        self.module_globals: set[str] = set()
+        """Every name bound by a module-level assignment."""
+        """Module-level names bound to a literal number/string/bool or ``tl.constexpr(literal)``."""
         self._func_depth = 0
 
     def add(self, id_: str, node: ast.AST, message: str) -> None:
@@ -252,6 +256,11 @@ class _Checker(ast.NodeVisitor):
             for t in node.targets:
                 if isinstance(t, ast.Name) and _is_mutable_literal(node.value):
                     self.module_mutables.add(t.id)
+                if isinstance(t, ast.Name) and _is_constant(node.value):
+                    self.module_constants.add(t.id)
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        self.module_globals.add(n.id)
         for t in node.targets:
             self._check_target(t, node)
         self.generic_visit(node)
@@ -264,6 +273,10 @@ class _Checker(ast.NodeVisitor):
         if self._func_depth == 0 and isinstance(node.target, ast.Name) and node.value is not None \
                 and _is_mutable_literal(node.value):
             self.module_mutables.add(node.target.id)
+        if self._func_depth == 0 and isinstance(node.target, ast.Name):
+            self.module_globals.add(node.target.id)
+            if node.value is not None and _is_constant(node.value):
+                self.module_constants.add(node.target.id)
         self._check_target(node.target, node)
         self.generic_visit(node)
 
@@ -275,6 +288,8 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         dotted = _dotted(node) or node.attr
+        if node.attr == "handle":  # a Triton value's payload in the interpreter (an IR value compiled)
+            self.add("kernel_python", node, f"reaches {dotted}: the interpreter's internals of a Triton value")
         if node.attr in _INTROSPECTION_ATTRS:
             self.add("introspection", node, f"accesses {dotted}")
         if node.attr in _STREAM_ATTRS and ("cuda" in dotted or dotted.startswith("torch")):
@@ -457,6 +472,19 @@ _KERNEL_BUILTINS = frozenset({"range", "min", "max", "len", "print", "int", "flo
 _KERNEL_MODULES = frozenset({"triton", "math"})
 
 
+def _is_constant(value: ast.AST) -> bool:
+    """A literal number, string or bool, a tuple of them, or ``tl.constexpr(<that>)``."""
+    if isinstance(value, ast.Constant):
+        return True
+    if isinstance(value, ast.UnaryOp) and isinstance(value.operand, ast.Constant):
+        return True
+    if isinstance(value, ast.Tuple):
+        return all(_is_constant(v) for v in value.elts)
+    if isinstance(value, ast.Call) and (_dotted(value.func) or "").split(".")[-1] == "constexpr" and value.args:
+        return _is_constant(value.args[0])
+    return False
+
+
 def _python_in_kernels(checker: _Checker) -> list[Finding]:
     """Calls in ``@triton.jit`` bodies that only the CPU interpreter would run: on a GPU a kernel
     can call Triton's language, other ``@triton.jit`` functions and a few builtins; the interpreter
@@ -474,10 +502,21 @@ def _python_in_kernels(checker: _Checker) -> list[Finding]:
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 local.add(node.id)
         for node in ast.walk(fn):
-            if isinstance(node, ast.Attribute) and (node.attr == "handle" or node.attr.startswith("__")):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in local \
+                    and node.id not in checker.kernels and node.id not in checker.module_constants \
+                    and node.id not in checker.module_aliases and node.id not in _KERNEL_BUILTINS \
+                    and node.id not in ("True", "False", "None") and (node.id in checker.top_level
+                                                                      or node.id in checker.module_globals):
+                # a GPU kernel may read only constexpr globals, Triton modules and @triton.jit functions;
+                # the interpreter would run any object's operators (``OBJ @ acc``) on the host
+                out.append(Finding("kernel_python", f"kernel {name} uses the module-level object {node.id}, which "
+                                                    "is not a constant, a Triton module or a @triton.jit function",
+                                   node.lineno))
+                continue
+            if isinstance(node, ast.Attribute) and node.attr.startswith("__"):
                 # a Triton value's ``handle`` is the interpreter's NumPy array (compiled: an IR value)
-                out.append(Finding("kernel_python", f"kernel {name} reaches .{node.attr}, the interpreter's "
-                                                    "internals, not Triton", node.lineno))
+                out.append(Finding("kernel_python", f"kernel {name} reaches .{node.attr}, not Triton",
+                                   node.lineno))
                 continue
             if not isinstance(node, ast.Call):
                 continue

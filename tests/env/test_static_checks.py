@@ -248,3 +248,42 @@ def test_kernel_bodies_calling_python_are_flagged(call, flagged):
         tl.store(o_ptr + offs, y, mask=offs < n)
     ''')
     assert found and flagged in found[0], found
+
+
+def test_kernel_bodies_may_read_constant_globals_but_not_objects():
+    base = '''
+    import torch
+    import torch.nn as nn
+    import triton
+    import triton.language as tl
+
+    BLOCK = 128
+    SCALE: tl.constexpr = tl.constexpr(0.5)
+
+    class _Op:
+        def __matmul__(self, other):
+            return other
+
+    _MM = _Op()
+
+    @triton.jit
+    def kern(x_ptr, o_ptr, n):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs, mask=offs < n) * SCALE
+        {line}
+        tl.store(o_ptr + offs, x, mask=offs < n)
+    '''
+    forward = HONEST_FORWARD.replace("k[(", "kern[(").replace(", B=1024)", ")")
+    ok = check_source(textwrap.dedent(base.replace("{line}", "x = x + 1.0")) + forward)
+    assert ok.syntax_error is None and ok.kernels == ["kern"]
+    assert [f for f in ok.findings if f.id == "kernel_python"] == []
+    bad = check_source(textwrap.dedent(base.replace("{line}", "x = _MM @ x")) + forward)
+    assert any(f.id == "kernel_python" and "_MM" in f.message for f in bad.findings)
+
+
+def test_a_triton_values_handle_is_flagged_anywhere_in_the_source():
+    body = '''
+    def peek(v):
+        return v.handle.data
+    ''' + HONEST_FORWARD
+    assert "kernel_python" in reasons(body)
