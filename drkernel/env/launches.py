@@ -101,8 +101,6 @@ def install_naming(own_file: str, suffix: str) -> None:
     JITFunction.__init__ = __init__
 
 
-__all__ = ["LaunchRecorder", "install_naming"]
-
 
 def install_memory_fence() -> None:
     """Confine the interpreter's memory operations to the launch's tensor arguments.
@@ -114,14 +112,19 @@ def install_memory_fence() -> None:
     kernel (``PermissionError`` naming the address), as an illegal address does on a GPU: an
     out-of-bounds access is a bug (the correctness verdict says where), and memory the launch was
     not given — a NumPy buffer through an integer cast to a pointer, the harness's own — is out of
-    reach. A launch whose arguments include a Python callable that is not a ``@triton.jit``
-    function (a NumPy function passed as a constexpr, which the interpreter would run on the host
-    and a GPU could not compile) fails the same way. Outside a launch nothing may be reached. The ranges live in
-    a :func:`~drkernel.env.audit.sealed` handler, so code that reaches the wrappers can call them
-    but not widen the fence (a launch it makes itself opens only its own arguments' storages)."""
+    reach. Outside a launch nothing may be reached. The ranges live in a
+    :func:`~drkernel.env.audit.sealed` handler, so code that reaches the wrappers can call them but
+    not widen the fence (a launch it makes itself opens only its own arguments' storages).
+
+    A launch's arguments must be what a compiled kernel accepts — tensors, numbers, strings,
+    dtypes, ``@triton.jit`` functions, tuples and constexprs of them: any other object (a NumPy
+    function, an object with operators) would run as host Python inside the interpreted body, where
+    a GPU could not compile it. Anything else fails the launch the same way."""
     import numpy as np
     import torch
+    import triton.language as tl
     import triton.runtime.interpreter as interp
+    from triton.runtime.jit import KernelInterface
 
     from drkernel.env.audit import sealed
 
@@ -186,10 +189,6 @@ def install_memory_fence() -> None:
     interp._interpreter = fenced
 
     original_call = interp.GridExecutor.__call__
-    from triton.runtime.jit import KernelInterface
-
-    import triton.language as tl
-
     plain = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, tl.dtype, KernelInterface, np.generic)
     if descriptor is not None:
         plain = plain + (descriptor,)
@@ -220,3 +219,5 @@ def install_memory_fence() -> None:
 
     interp.GridExecutor.__call__ = call
 
+
+__all__ = ["LaunchRecorder", "install_naming", "install_memory_fence"]
