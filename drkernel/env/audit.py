@@ -259,33 +259,37 @@ class Auditor:
                 if pair is not None and value is pair[0]:
                     d[key] = pair[1]
 
-    def _guarded(self, original: Any, hack_id: str, what: str) -> Any:
-        """A stand-in for ``original`` that refuses (and records) calls the candidate makes.
-        It holds only sealed callables: ``original`` itself is unreachable through it."""
+    def _guarded(self, original: Any, hack_id: str, what: str, refuse: bool = True) -> Any:
+        """A stand-in for ``original`` that records the calls the candidate makes and refuses them
+        (``refuse=False``: lets them run). It holds only sealed callables: ``original`` itself is
+        unreachable through it."""
         gate = self.gate
         getframe = sys._getframe
         invoke = sealed(lambda msg: original(*msg[0], **msg[1]))
 
         def guarded(*args, **kwargs):
-            if gate((hack_id, what, getframe(1))):
+            if gate((hack_id, what, getframe(1))) and refuse:
                 raise PermissionError(f"{what} is not allowed in a kernel")
             return invoke((args, kwargs))
 
         guarded.__name__ = getattr(original, "__name__", "guarded")
         return guarded
 
-    def _recorded(self, original: Any, hack_id: str, what: str) -> Any:
-        """A stand-in for ``original`` that records calls the candidate makes and lets them run."""
+    def _record_method(self, cls: type, name: str, hack_id: str) -> None:
+        """Replace method ``cls.name`` by one that records the candidate's calls as ``hack_id``."""
+        original = getattr(cls, name, None)
+        if original is None:
+            return
         gate = self.gate
         getframe = sys._getframe
-        invoke = sealed(lambda msg: original(*msg[0], **msg[1]))
+        what = f"{cls.__name__}.{name}()"
 
-        def recorded(*args, **kwargs):
+        def recorded(self, *args, **kwargs):
             gate((hack_id, what, getframe(1)))
-            return invoke((args, kwargs))
+            return original(self, *args, **kwargs)
 
-        recorded.__name__ = getattr(original, "__name__", "recorded")
-        return recorded
+        recorded.__name__ = name
+        setattr(cls, name, recorded)
 
     def _guard_threads(self) -> None:
         """Before Python 3.12 starting a thread raises no audit event: every reference to the
@@ -365,55 +369,29 @@ class Auditor:
         fin.__init__ = self._guarded(fin.__init__, "forbidden_operation", "weakref.finalize")
 
     def _guard_conversions(self, torch: Any) -> None:
-        """``Tensor.numpy/tolist/__array__/__dlpack__`` called by the candidate: recorded as
-        ``host_compute`` (the call itself proceeds)."""
-        gate = self.gate
-        getframe = sys._getframe
+        """Tensor data moved to or from the host by the candidate: recorded as ``host_compute`` (the
+        call itself proceeds). ``Tensor.numpy/tolist/__array__/__dlpack__``; ``to_dlpack`` (every
+        reference to ``torch._C._to_dlpack``); tensors over NumPy's memory (``from_numpy``,
+        ``frombuffer``), which Triton kernels could fill for NumPy to compute on; and a storage's
+        bytes on the host: its pickling (the raw data rides along), indexing, lists, ``from_buffer``."""
         dlpack = [getattr(torch._C, n) for n in ("_to_dlpack", "_to_dlpack_versioned") if hasattr(torch._C, n)]
-        if dlpack:  # torch.utils.dlpack.to_dlpack is torch._C._to_dlpack: every reference to it
-            self._wrap_everywhere(dlpack, lambda o: self._recorded(o, "host_compute", "torch.utils.dlpack.to_dlpack()"))
-        # and the other way: tensors over NumPy's (host) memory, which Triton kernels could then
-        # fill for NumPy to compute on
+        self._wrap_everywhere(dlpack, lambda o: self._guarded(o, "host_compute", "torch.utils.dlpack.to_dlpack()",
+                                                              refuse=False))
         shared = [getattr(torch, n) for n in ("from_numpy", "frombuffer") if hasattr(torch, n)]
-        self._wrap_everywhere(shared, lambda o: self._recorded(o, "host_compute", f"torch.{o.__name__}()"))
-        # a storage's bytes on the host: its pickling (the raw data rides along), indexing, lists,
-        # and a storage made from a host buffer
+        self._wrap_everywhere(shared, lambda o: self._guarded(o, "host_compute", f"torch.{o.__name__}()",
+                                                              refuse=False))
         for cls in (torch.UntypedStorage, getattr(torch, "TypedStorage", None)):
             if cls is None:
                 continue
             for name in ("__reduce__", "__reduce_ex__", "__getitem__", "__setitem__", "__iter__", "tolist",
                          "_write_file", "__getstate__"):
-                original = getattr(cls, name, None)
-                if original is None:
-                    continue
-
-                def make_s(original, name, cls=cls):
-                    def storage_access(self, *args, **kwargs):
-                        gate(("host_compute", f"{cls.__name__}.{name}()", getframe(1)))
-                        return original(self, *args, **kwargs)
-
-                    storage_access.__name__ = name
-                    return storage_access
-
-                setattr(cls, name, make_s(original, name))
+                self._record_method(cls, name, "host_compute")
             bound = getattr(cls, "from_buffer", None)
             if bound is not None:
-                setattr(cls, "from_buffer", staticmethod(self._recorded(bound, "host_compute",
-                                                                        f"{cls.__name__}.from_buffer()")))
+                setattr(cls, "from_buffer", staticmethod(self._guarded(bound, "host_compute",
+                                                                       f"{cls.__name__}.from_buffer()", refuse=False)))
         for name in ("numpy", "tolist", "__array__", "__dlpack__"):
-            original = getattr(torch.Tensor, name, None)
-            if original is None:
-                continue
-
-            def make(original, name):
-                def conversion(self, *args, **kwargs):
-                    gate(("host_compute", f"Tensor.{name}()", getframe(1)))
-                    return original(self, *args, **kwargs)
-
-                conversion.__name__ = name
-                return conversion
-
-            setattr(torch.Tensor, name, make(original, name))
+            self._record_method(torch.Tensor, name, "host_compute")
 
 
 _PATH_EVENTS = frozenset({"open", "os.listdir", "os.scandir", "os.mkdir", "os.remove", "os.rmdir", "os.rename",

@@ -72,6 +72,7 @@ GRAD_MODES = ("no_grad", "enable_grad", "inference_mode")
 CHECK_ALL_TIMED = 5
 """At most this many timed calls (the CPU's quick protocol has 3): every timed output is checked."""
 
+
 class EvaluationCancelled(Exception):
     """The evaluation was cancelled from outside; its candidate process was killed."""
 
@@ -914,4 +915,3 @@ def _contiguous_strides(shape: list[int], strides: list[int]) -> bool:
 
 __all__ = ["evaluate", "Evaluation", "EvaluationCancelled", "CancelToken", "Plan", "DeviceGate", "device_gate", "fresh_process",
            "as_task", "as_source", "resolve_device"]
-

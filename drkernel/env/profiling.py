@@ -35,8 +35,10 @@ lives, not from names.
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any, Callable
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
 
 #: aten operators that allocate, fill, reshape or describe tensors without computing anything.
 NON_COMPUTE = frozenset({
@@ -56,7 +58,6 @@ _MATMULS = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "addmv", "mv", 
 _FLOP_ALIASES = {"_addmm_activation": "addmm",
                  "_scaled_dot_product_flash_attention_for_cpu": "_scaled_dot_product_flash_attention",
                  "_scaled_dot_product_fused_attention_overrideable": "_scaled_dot_product_flash_attention"}
-_FORMULAS: dict[str, Any] = {}
 #: Operators whose work is linear in the bytes they touch (besides those torch tags ``pointwise`` or
 #: ``reduction``): copies, concatenation, indexing and gathers, normalisations, softmax, scans,
 #: sorting, pooling, padding, comparisons. Priced by their bytes.
@@ -87,23 +88,28 @@ UNBOUNDED = 1e18
 linear in its bytes): a fused library kernel, linear algebra, a bilinear form. Fail closed: one
 such call outside the candidate's kernels is more than the whole reference."""
 
-
-def _flop_formula(base: str) -> Any:
-    """torch's own FLOP formula for an aten operator (``torch.utils.flop_counter``: products,
-    convolutions, every attention kernel, maintained with the operators), or None."""
-    if not _FORMULAS:
-        try:
-            from torch.utils.flop_counter import flop_registry
-        except ImportError:  # pragma: no cover - torch < 2.1
-            flop_registry = {}
-        for packet, fn in flop_registry.items():
-            _FORMULAS[str(getattr(packet, "__name__", packet)).split(".")[-1]] = fn
-        _FORMULAS.setdefault("", None)
-    return _FORMULAS.get(_FLOP_ALIASES.get(base, base))
 _CONVS = frozenset({"convolution", "_convolution", "conv2d", "conv1d", "conv3d", "cudnn_convolution",
                     "mkldnn_convolution", "_slow_conv2d_forward", "slow_conv3d_forward", "conv_transpose2d"})
 FLOPS_PER_BYTE = 1.0
 """FLOPs of a matrix product or convolution priced as one byte equivalent (see the module doc)."""
+
+
+@functools.lru_cache(maxsize=1)
+def _formulas() -> Mapping[str, Any]:
+    """torch's own FLOP formulas (``torch.utils.flop_counter``: products, convolutions, every
+    attention kernel, maintained with the operators), by aten operator name; read-only (the table
+    lives in the candidate's process)."""
+    try:
+        from torch.utils.flop_counter import flop_registry
+    except ImportError:  # pragma: no cover - torch < 2.1
+        return MappingProxyType({})
+    return MappingProxyType({str(getattr(packet, "__name__", packet)).split(".")[-1]: fn
+                             for packet, fn in flop_registry.items()})
+
+
+def _flop_formula(base: str) -> Any:
+    """The FLOP formula of an aten operator (through :data:`_FLOP_ALIASES`), or None."""
+    return _formulas().get(_FLOP_ALIASES.get(base, base))
 
 
 def _tensors(x: Any, out: list) -> None:

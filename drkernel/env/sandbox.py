@@ -272,7 +272,6 @@ class CandidateProcess:
         output of timed call ``call``?); a question without ``on_spot``, or a malformed one, is a
         protocol violation."""
         import json
-
         import secrets
 
         from drkernel.env.protocol import ForgedMessage, ProtocolError, encode_request, is_spot_query, parse_reply

@@ -135,9 +135,9 @@ class _Checker(ast.NodeVisitor):
         self.classes: dict[str, ast.ClassDef] = {}
         self.module_mutables: set[str] = set()
         self.module_constants: set[str] = set()
+        """Module-level names bound to a literal number/string/bool or ``tl.constexpr(literal)``."""
         self.module_globals: set[str] = set()
         """Every name bound by a module-level assignment."""
-        """Module-level names bound to a literal number/string/bool or ``tl.constexpr(literal)``."""
         self._func_depth = 0
 
     def add(self, id_: str, node: ast.AST, message: str) -> None:
@@ -251,16 +251,21 @@ class _Checker(ast.NodeVisitor):
                 and base.value.id in self.top_level):
             self.add("output_cache", node, f"stores {base.value.id}.{base.attr} at run time: state kept across calls")
 
+    def _module_binding(self, target: ast.AST, value: ast.AST | None) -> None:
+        """A module-level assignment of ``value`` to ``target``: which names it binds, and how."""
+        for n in ast.walk(target):
+            if isinstance(n, ast.Name):
+                self.module_globals.add(n.id)
+        if isinstance(target, ast.Name) and value is not None:
+            if _is_mutable_literal(value):
+                self.module_mutables.add(target.id)
+            if _is_constant(value):
+                self.module_constants.add(target.id)
+
     def visit_Assign(self, node: ast.Assign) -> None:
         if self._func_depth == 0:
             for t in node.targets:
-                if isinstance(t, ast.Name) and _is_mutable_literal(node.value):
-                    self.module_mutables.add(t.id)
-                if isinstance(t, ast.Name) and _is_constant(node.value):
-                    self.module_constants.add(t.id)
-                for n in ast.walk(t):
-                    if isinstance(n, ast.Name):
-                        self.module_globals.add(n.id)
+                self._module_binding(t, node.value)
         for t in node.targets:
             self._check_target(t, node)
         self.generic_visit(node)
@@ -270,13 +275,8 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
-        if self._func_depth == 0 and isinstance(node.target, ast.Name) and node.value is not None \
-                and _is_mutable_literal(node.value):
-            self.module_mutables.add(node.target.id)
-        if self._func_depth == 0 and isinstance(node.target, ast.Name):
-            self.module_globals.add(node.target.id)
-            if node.value is not None and _is_constant(node.value):
-                self.module_constants.add(node.target.id)
+        if self._func_depth == 0:
+            self._module_binding(node.target, node.value)
         self._check_target(node.target, node)
         self.generic_visit(node)
 
@@ -505,16 +505,14 @@ def _python_in_kernels(checker: _Checker) -> list[Finding]:
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in local \
                     and node.id not in checker.kernels and node.id not in checker.module_constants \
                     and node.id not in checker.module_aliases and node.id not in _KERNEL_BUILTINS \
-                    and node.id not in ("True", "False", "None") and (node.id in checker.top_level
-                                                                      or node.id in checker.module_globals):
+                    and (node.id in checker.top_level or node.id in checker.module_globals):
                 # a GPU kernel may read only constexpr globals, Triton modules and @triton.jit functions;
                 # the interpreter would run any object's operators (``OBJ @ acc``) on the host
                 out.append(Finding("kernel_python", f"kernel {name} uses the module-level object {node.id}, which "
                                                     "is not a constant, a Triton module or a @triton.jit function",
                                    node.lineno))
                 continue
-            if isinstance(node, ast.Attribute) and node.attr.startswith("__"):
-                # a Triton value's ``handle`` is the interpreter's NumPy array (compiled: an IR value)
+            if isinstance(node, ast.Attribute) and node.attr.startswith("__"):  # (``.handle``: everywhere)
                 out.append(Finding("kernel_python", f"kernel {name} reaches .{node.attr}, not Triton",
                                    node.lineno))
                 continue
