@@ -54,7 +54,7 @@ import torch
 
 from drkernel.env import reference as reference_timing
 from drkernel.env.attribution import CallWindow, ForgedRecords, coverage_of, cut_windows, top_kernels
-from drkernel.env.compare import compare_outputs
+from drkernel.env.compare import CONDITION_ULPS, compare_outputs
 from drkernel.env.config import EvalConfig
 from drkernel.env.feedback import build_feedback
 from drkernel.env.prepared import PreparedTask, ReferenceOutput, TrialKey
@@ -554,9 +554,9 @@ class Evaluation:
                 if item.get("out") is not None:
                     try:
                         with self._shared():
-                            ref_out = self.prepared.reference(plan.init_seed, key, reload, self._buffers,
-                                                              cache=False).out
-                            cmp = self._compare(read_tensor(item["out"], self.proc.workdir, ref_out.device), ref_out)
+                            spot = self.prepared.reference(plan.init_seed, key, reload, self._buffers, cache=False)
+                            cmp = self._compare(read_tensor(item["out"], self.proc.workdir, spot.out.device),
+                                                spot.out, spot.sensitivity)
                         ok, msg = cmp.ok, cmp.message
                     except (TensorIOError, OSError) as exc:
                         msg = str(exc)
@@ -694,7 +694,7 @@ class Evaluation:
         except (TensorIOError, OSError, TypeError, KeyError) as exc:
             return self._trial_failed(f"{desc}: unreadable output ({exc})")
         with self._shared(), self.clock.part("compare"):
-            cmp = self._compare(out, ref.out)
+            cmp = self._compare(out, ref.out, ref.sensitivity)
         if not cmp.ok:
             self.result.details.setdefault("first_failure", {"trial": desc, **cmp.to_dict()})
             return self._trial_failed(f"{desc}: {cmp.message}", out)
@@ -706,12 +706,27 @@ class Evaluation:
         self._fail(Stage.CORRECTNESS, message)
         return False, out, message
 
-    def _compare(self, out: torch.Tensor, ref: torch.Tensor):
+    def _compare(self, out: torch.Tensor, ref: torch.Tensor,
+                 sensitivity: Callable[[torch.Tensor], torch.Tensor | None] | None = None):
         """Compare on the reference's device; a device out of memory (the candidate may hold most of
-        it) falls back to the CPU. Any other failure here is the grader's (EnvironmentFailure)."""
+        it) falls back to the CPU. Values out of tolerance are compared once more with the
+        reference's own rounding sensitivity allowed (``sensitivity``, :mod:`drkernel.env.compare`:
+        ill-conditioned elements). Any other failure here is the grader's (EnvironmentFailure)."""
         try:
             try:
-                return compare_outputs(out, ref, self.atol, self.rtol)
+                cmp = compare_outputs(out, ref, self.atol, self.rtol)
+                if cmp.ok or sensitivity is None or cmp.max_abs_err is None or cmp.max_abs_err == float("inf"):
+                    return cmp
+                sigma = sensitivity(ref)
+                if sigma is None:
+                    return cmp
+                second = compare_outputs(out, ref, self.atol, self.rtol, allowance=CONDITION_ULPS * sigma)
+                if second.ok:
+                    conditioned = self.result.details.setdefault("ill_conditioned", {"checks": 0, "elements": 0})
+                    conditioned["checks"] += 1
+                    conditioned["elements"] = max(conditioned["elements"],
+                                                  round((cmp.mismatch_frac or 0.0) * ref.numel()))
+                return second if second.ok else cmp
             except torch.OutOfMemoryError:
                 torch.cuda.empty_cache()
                 return compare_outputs(out.cpu(), ref.cpu(), self.atol, self.rtol)
@@ -804,6 +819,12 @@ class Evaluation:
     """CPU milliseconds other threads may spend in a CPU evaluation (honest kernels spend 0: the
     worker's only thread of work is the main one)."""
 
+    OTHER_THREADS_CUDA_MS = 100.0
+    OTHER_THREADS_CUDA_SHARE = 0.1
+    """On a GPU the CUDA driver's and the profiler's own threads run in the candidate's process: the
+    56 bundled solutions spent 2-16 ms there against 0.9-3 s on the main thread (H100, 2026-11-26).
+    Above ``max(100 ms, 10% of the main thread's)`` it is work of the candidate's own."""
+
     TICK_SLACK_NS = 50e6
     """Exited threads are seen only through the process's CPU ticks (10 ms each), whose split between
     process and thread is rounded separately: a difference below this is not counted."""
@@ -829,7 +850,9 @@ class Evaluation:
         main_ms = (threads.get(main_tid, 0) - before.get(main_tid, 0)) / 1e6
         self.result.details["cpu_ms"] = {"main_thread": round(main_ms, 3), "other_threads": round(other_ms, 3),
                                          "threads": len(threads), "live_other_ms": round(live_ns / 1e6, 3)}
-        if not self.cuda and other_ms > self.OTHER_THREADS_MS:  # (CUDA: the driver's and CUPTI's own threads)
+        limit = max(self.OTHER_THREADS_CUDA_MS, self.OTHER_THREADS_CUDA_SHARE * main_ms) if self.cuda \
+            else self.OTHER_THREADS_MS
+        if other_ms > limit:
             self._finding("other_threads", f"{other_ms:.1f} ms of CPU on {max(len(threads) - 1, 1)} other "
                                            "thread(s) of your process")
 

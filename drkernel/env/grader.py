@@ -24,10 +24,11 @@ are interchangeable::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Iterator, Mapping, Protocol, runtime_checkable
 
 from drkernel.env.config import EvalConfig
 from drkernel.env.result import EvalResult
@@ -145,6 +146,12 @@ def _gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def _out_of_gpu_memory(result: EvalResult) -> bool:
+    """Whether the candidate's evaluation failed because the GPU's memory ran out."""
+    message = result.error.message if result.error is not None else ""
+    return "OutOfMemoryError" in message or "CUDA out of memory" in message
+
+
 class LocalGrader(GraderBase):
     """Grades on this machine, each candidate in its own isolated process, started ahead of time.
 
@@ -155,6 +162,11 @@ class LocalGrader(GraderBase):
       run their correctness trials at once, while timing and profiling hold the GPU's gate
       exclusively (one timed region per GPU, nothing else of this grader on that GPU meanwhile;
       :class:`~drkernel.env.evaluation.DeviceGate`). On CPU, ``capacity`` defaults to the core count.
+    * **Memory contention is not a verdict**: the candidates of one GPU share its memory, so a
+      candidate that runs out of GPU memory while others ran beside it is graded again with the GPU
+      to itself (new evaluations wait, running ones finish); that verdict stands and
+      ``details["retried_alone"]`` keeps the first error. (H100, 2026-11-26: an honest batched-matmul
+      kernel failed a trial with CUDA OOM beside the red-team corpus's memory-hungry candidates.)
     * **Cached references**: a task is loaded once and its reference outputs per seed are reused
       across candidates (``cache_tasks`` tasks, ``ref_cache_bytes`` of outputs per task, kept on
       the evaluation device: at most ``cache_tasks * ref_cache_bytes``, 8 GiB by default).
@@ -193,7 +205,13 @@ class LocalGrader(GraderBase):
         self.prepared = PreparedCache(max_tasks=cache_tasks, cache_bytes=ref_cache_bytes)
         self._slots = threading.BoundedSemaphore(capacity)
         self._active = {d: 0 for d in self.devices}
+        self._started = {d: 0 for d in self.devices}
+        self._solo_wanted = {d: 0 for d in self.devices}
+        self._solo_running = {d: False for d in self.devices}
         self._active_lock = threading.Lock()
+        self._device_free = threading.Condition(self._active_lock)
+        self.solo_retries = 0
+        """Evaluations graded again alone after running out of GPU memory beside others."""
         if warm:
             for d in self.devices:
                 self.pool.prewarm(d)
@@ -215,19 +233,79 @@ class LocalGrader(GraderBase):
 
                 raise EvaluationCancelled("cancelled while waiting for a slot")
         try:
-            with self._active_lock:
-                device = min(self.devices, key=lambda d: self._active[d])
+            with self._device_free:
+                while True:
+                    open_ = [d for d in self.devices if not self._solo_wanted[d] and not self._solo_running[d]]
+                    if open_:
+                        break
+                    self._wait_device(token)
+                device = min(open_, key=lambda d: self._active[d])
+                crowded = self._active[device] > 0
                 self._active[device] += 1
+                self._started[device] += 1
+                started = self._started[device]
             try:
                 prepared = self.prepared.get(task, config.resolved_task_size(), device)
                 acquire = self.pool.acquire if self.warm else fresh_process
-                return Evaluation(prepared, source, seed=seed, config=config, acquire=acquire,
-                                  gate=device_gate(device), cancel=token).run()
-            finally:
+
+                def run() -> EvalResult:
+                    return Evaluation(prepared, source, seed=seed, config=config, acquire=acquire,
+                                      gate=device_gate(device), cancel=token).run()
+
+                result = run()
                 with self._active_lock:
+                    crowded = crowded or self._started[device] != started
+                if crowded and device.startswith("cuda") and _out_of_gpu_memory(result):
+                    # Device memory is shared by the candidates of one GPU: an out-of-memory beside
+                    # others may be theirs, not this candidate's. Grade it again with the GPU to itself;
+                    # that verdict stands (a candidate that needs more than the GPU fails alone too).
+                    first = result.error.message[:300]
+                    with self._alone(device, token):
+                        result = run()
+                    self.solo_retries += 1
+                    result.details["retried_alone"] = {"first_error": first}
+                return result
+            finally:
+                with self._device_free:
                     self._active[device] -= 1
+                    self._device_free.notify_all()
         finally:
             self._slots.release()
+
+    def _wait_device(self, token: Any) -> None:
+        """Wait (holding ``_device_free``) for a change of the devices' state; raises when cancelled."""
+        if token.cancelled:
+            from drkernel.env.evaluation import EvaluationCancelled
+
+            raise EvaluationCancelled("cancelled while waiting for the device")
+        self._device_free.wait(0.2)
+
+    @contextlib.contextmanager
+    def _alone(self, device: str, token: Any) -> Iterator[None]:
+        """Hold ``device`` with no other evaluation of this grader on it: new ones wait, running ones
+        finish first. The caller is counted active; it is not while it waits (two evaluations that
+        both want the device alone take turns)."""
+        with self._device_free:
+            self._active[device] -= 1
+            self._solo_wanted[device] += 1
+            self._device_free.notify_all()
+            try:
+                while self._solo_running[device] or self._active[device] > 0:
+                    self._wait_device(token)
+            except BaseException:
+                self._solo_wanted[device] -= 1
+                self._active[device] += 1
+                self._device_free.notify_all()
+                raise
+            self._solo_wanted[device] -= 1
+            self._solo_running[device] = True
+            self._active[device] += 1
+        try:
+            yield
+        finally:
+            with self._device_free:
+                self._solo_running[device] = False
+                self._device_free.notify_all()
 
     def close(self) -> None:
         super().close()

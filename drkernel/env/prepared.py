@@ -15,10 +15,11 @@ Thread-safe: concurrent evaluations of one task share a lock per prepared task.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -44,6 +45,9 @@ class ReferenceOutput:
     shapes: str
     contiguous: bool = True
     """Whether the reference's own output is row-major (``out`` may be a contiguous copy of a view)."""
+    sensitivity: Callable[[torch.Tensor], torch.Tensor | None] | None = field(default=None, repr=False)
+    """``sensitivity(out)`` computes, on demand, the output's sensitivity to rounding
+    (:meth:`PreparedTask.sensitivity` bound to this output's inputs and parameters)."""
 
     @property
     def nbytes(self) -> int:
@@ -139,7 +143,8 @@ class PreparedTask:
                                 "a single tensor is required")
             tensors = list(tensors_in(inputs))
             ref = ReferenceOutput(out.detach(), aliases(out, tensors), is_dense(out),
-                                  ", ".join(str(tuple(t.shape)) for t in before) or "-", out.is_contiguous())
+                                  ", ".join(str(tuple(t.shape)) for t in before) or "-", out.is_contiguous(),
+                                  functools.partial(self.sensitivity, init_seed, key, reload_seed, buffers))
             if ref.aliases_input:
                 ref.out = ref.out.clone()  # keep the value, not a view of inputs dropped below
             if not cache:
@@ -150,6 +155,54 @@ class PreparedTask:
                 _, old = self._outputs.popitem(last=False)
                 self._bytes -= old.nbytes
             return ref
+
+    SENSITIVITY_DRAWS = 4
+    """Perturbed forwards per sensitivity estimate: the largest of four changes is below a tenth of
+    its scale with probability ~1e-6 per element (one draw: ~8%), so one lucky element does not
+    decide."""
+
+    def sensitivity(self, init_seed: int, key: TrialKey, reload_seed: int | None, buffers: bool,
+                    out: torch.Tensor) -> torch.Tensor | None:
+        """``sigma_i = max_k |ref(x * (1 + e_k)) - ref(x)|_i``: how much each element of the
+        reference's output ``out`` moves when every floating input element is perturbed by a
+        relative ``e ~ U(-eps, eps)`` of its dtype (about one unit in the last place), largest over
+        :attr:`SENSITIVITY_DRAWS` draws. Large where the element cancels large terms, ~0 where it
+        saturates or is well conditioned: the scale of an fp32-accurate kernel's rounding error
+        there (:mod:`drkernel.env.compare`). float64 on ``out``'s device; None when the output is
+        not floating or the inputs have nothing to perturb. Deterministic in ``key``. Called only
+        after a comparison failed, so honest fast paths never pay for it."""
+        if not out.is_floating_point():
+            return None
+        with self._lock:
+            model = self.model(init_seed, reload_seed, buffers)
+            inputs = self.draw(key)
+            if not any(isinstance(x, torch.Tensor) and x.is_floating_point() for x in inputs):
+                return None
+            sigma = torch.zeros(out.shape, dtype=torch.float64, device=out.device)
+            base = out.to(torch.float64)
+            for k in range(self.SENSITIVITY_DRAWS):
+                gen = None
+                perturbed = []
+                for x in inputs:
+                    if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel():
+                        if gen is None or gen.device != x.device:
+                            gen = torch.Generator(device=x.device).manual_seed(
+                                (int(key.seed) * 1_000_003 + 7919 * (k + 1)) % (1 << 63))
+                        u = torch.rand(x.shape, generator=gen, device=x.device, dtype=torch.float64)
+                        eps = torch.finfo(x.dtype).eps
+                        x = (x.to(torch.float64) * (1.0 + (2.0 * u - 1.0) * eps)).to(x.dtype)
+                    perturbed.append(x)
+                try:
+                    with torch.no_grad():
+                        moved = model(*perturbed)
+                except Exception:  # noqa: BLE001 - the reference ran on these inputs once: no estimate
+                    return None
+                if not isinstance(moved, torch.Tensor) or moved.shape != out.shape:
+                    return None
+                diff = (moved.detach().to(torch.float64) - base).abs()
+                sigma = torch.maximum(sigma, torch.nan_to_num(diff, nan=0.0, posinf=0.0))
+                del moved, diff, perturbed
+            return sigma
 
     def reference_cost(self, init_seed: int, key: TrialKey) -> float:
         """Byte equivalents of one reference forward (:func:`drkernel.env.profiling.op_cost` over

@@ -145,6 +145,8 @@ class Hello:
     device: str = "cpu"
     start_s: float = 0.0
     """Seconds the worker spent starting (imports, CUDA context)."""
+    start_parts: dict[str, float] = field(default_factory=dict)
+    """Where ``start_s`` went, by phase (``cuda_context``, ``launch_budget``, ``fences``, ``cupti``...)."""
 
 
 @dataclass

@@ -75,6 +75,7 @@ class Harness:
         self.budget = None  # LaunchBudget on CUDA (drkernel.env.budget), compiled before the candidate loads
         self.budget_error: str | None = None
         self.fences = None
+        self.start_parts: dict[str, float] = {}
         self.flush = None
         self.reset_l2 = None
         self.l2_reset_ok: bool | None = None
@@ -98,14 +99,25 @@ class Harness:
     # -- warm start (no candidate yet) --------------------------------------------------------------
     def warm_cuda(self) -> None:
         """CUDA context, the launch budget, the fences, the flush buffer, the profiler's accessors."""
-        torch = self.torch
+        torch, parts = self.torch, self.start_parts
+        t = _perf()
+
+        def lap(name: str) -> None:
+            nonlocal t
+            now = _perf()
+            parts[name] = round(now - t, 4)
+            t = now
+
         torch.cuda.init()
         torch.empty(1, device="cuda")
+        lap("cuda_context")
         try:
             from drkernel.env.budget import Fences, LaunchBudget
 
             self.budget = LaunchBudget.prepare(torch, "cuda")
+            lap("launch_budget")
             self.fences = Fences(torch, "cuda")
+            lap("fences")
         except Exception as exc:  # noqa: BLE001 - timing then runs without the hold and says why
             self.budget, self.budget_error = None, f"launch budget unavailable: {type(exc).__name__}: {exc}"[:300]
             if self.fences is None:
@@ -117,10 +129,12 @@ class Harness:
         self.flush = torch.empty(max(2 * l2, FLUSH_MIN_BYTES) // 4, dtype=torch.float32, device="cuda")
         self.reset_l2 = persisting_l2_resetter()
         self.kineto = kineto_accessors(torch)
+        lap("flush_l2_kineto")
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CUDA]):  # CUPTI's one-time start-up cost, ahead
             torch.empty(1, device="cuda")
+        lap("cupti")
 
     # -- requests -----------------------------------------------------------------------------------
     def op_load(self, req: Any) -> Any:
@@ -525,7 +539,7 @@ def main(argv: list[str]) -> int:
         import drkernel.env.task  # noqa: F401
         import drkernel.env.timing  # noqa: F401
         conn.send_bytes(P.encode_reply(P.Hello(ready=True, pid=os.getpid(), device=device,
-                                               start_s=_perf() - t_start)))
+                                               start_s=_perf() - t_start, start_parts=harness.start_parts)))
     except BaseException as exc:  # noqa: BLE001 - report, then exit: an environment failure
         conn.send_bytes(P.encode_reply(P.Failure(stage="compile", error=f"{type(exc).__name__}: {exc}",
                                                  fault="harness")))

@@ -248,6 +248,8 @@ def soak(subs: list[dict], args) -> dict:
     restart_after = int(args.restart_at * len(subs)) if args.restart_at > 0 else None
 
     def faults():
+        if args.kill_every is None:
+            args.kill_every = max(5, min(100, args.count // 4))
         next_kill = args.kill_every
         restarted = restart_after is None
         while not stop.wait(0.1):
@@ -396,7 +398,9 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=None, help="server capacity (default: 2 on CPU, 4 on CUDA)")
     p.add_argument("--clients", type=int, default=4, help="client threads, each with its own RemoteGrader")
     p.add_argument("--per-client", type=int, default=4, help="submissions in flight per client")
-    p.add_argument("--kill-every", type=int, default=100, help="answers between kills of every worker (0: never)")
+    p.add_argument("--kill-every", type=int, default=None,
+                   help="answers between kills of every worker (0: never; default: 100, or count/4 when smaller, so "
+                        "a short run still kills workers several times)")
     p.add_argument("--restart-at", type=float, default=0.5, help="share of answers after which the server is "
                                                                  "SIGKILLed and restarted (0: never)")
     p.add_argument("--skip-quiet", action="store_true", help="no quiet run (verdicts are then not compared)")

@@ -8,7 +8,7 @@
 #                                         installed first: tests/gpu/verl/README.md; not in the default)
 #                                         rollout (local generation tokens/s; not in the default)
 #                                         redteam (the black-box corpus; OLD_DRKERNEL=dir for a before run)
-# Stages service, agent and local need the serve/agent/local extras' pure-Python packages
+# Stages service, service_soak, agent and local need the serve/agent/local extras' pure-Python packages
 # (pip install -e '.[serve,agent,local]'; on a machine without internet, install their wheels).
 # Results go to $OUT (default /tmp/drkernel-gpu): logs, results.json, summary.md, plots.
 set -uo pipefail
@@ -18,6 +18,15 @@ OUT="${OUT:-/tmp/drkernel-gpu}"
 mkdir -p "$OUT"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
+# The serve extra's pure-Python wheels, when carried (the GPU machine has no internet): stages
+# service and service_soak need them. Prepare here with
+#   pip download -d .whl-serve --python-version 3.12 --platform manylinux2014_x86_64 --only-binary=:all: \
+#     fastapi uvicorn httpx prometheus-client
+# and name .whl-serve in the device call's carry.
+if ls "$ROOT"/.whl-serve/*.whl >/dev/null 2>&1 && ! $PY -c "import uvicorn, fastapi" 2>/dev/null; then
+  $PY -m pip install -q --no-index --no-deps --target /tmp/drkernel-serve-site "$ROOT"/.whl-serve/*.whl \
+    && export PYTHONPATH="$PYTHONPATH:/tmp/drkernel-serve-site"
+fi
 STAGES="${*:-cli tests fixtures spread grader loadspread service agent local single fused}"
 # BENCH_TASKS="0*,1*" limits the suite stages to matching tasks (a long suite can be split over calls).
 TASKS_ARG=(); SUFFIX=""
@@ -42,6 +51,7 @@ for stage in $STAGES; do
     grader)   $PY tests/benchmarks/bench_grader.py --device cuda --warm-rounds 3 --repeat 10 --spread-task 18_matmul_square \
                 --json "$OUT/bench_grader.json" 2>&1 | tee "$OUT/bench_grader.log" || status=1 ;;
     loadspread) $PY tests/benchmarks/bench_grader.py --device cuda --capacities "${CAPACITIES:-1,4,8}" \
+                --tasks "${LOADSPREAD_TASKS:-01_relu,07_broadcast_mul,13_softmax,15_layer_norm,18_matmul_square,22_cumsum,25_transpose_2d,27_embedding}" \
                 --sweep-rounds "${SWEEP_ROUNDS:-3}" --skip-warmup --json "$OUT/bench_grader_sweep.json" 2>&1 \
                 | tee "$OUT/bench_grader_sweep.log" | grep -v "^  \[" || status=1 ;;
     service)  $PY tests/benchmarks/diagnostics/service_bench.py --n 48 --rounds 2 --latency-n 10 --out "$OUT/service_bench.json" 2>&1 \

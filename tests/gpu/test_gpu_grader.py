@@ -43,14 +43,16 @@ def test_cuda_workers_are_forked_from_a_zygote_that_never_touched_cuda():
 
     from drkernel.env.sandbox import CandidateProcess
 
-    starts = []
+    starts, parts = [], []
     for _ in range(3):
         t0 = time.monotonic()
         with CandidateProcess("cuda:0", start="zygote") as p:
             p.wait_ready(300)
             starts.append(round(time.monotonic() - t0, 2))
+            parts.append(p.hello.start_parts)
             assert p.start_method == "zygote" and p.hello.device == "cuda", p.start_method
-    print(f"zygote worker starts on CUDA: {starts} s")
+            assert {"cuda_context", "fences", "cupti"} <= set(p.hello.start_parts), p.hello.start_parts
+    print(f"zygote worker starts on CUDA: {starts} s; in the worker: {parts}")
     with CandidateProcess("cuda:0", start="exec") as p:
         t0 = time.monotonic()
         p.wait_ready(300)
