@@ -157,9 +157,9 @@ class PreparedTask:
             return ref
 
     SENSITIVITY_DRAWS = 4
-    """Perturbed forwards per sensitivity estimate: the largest of four changes is below a tenth of
-    its scale with probability ~1e-6 per element (one draw: ~8%), so one lucky element does not
-    decide."""
+    """Perturbed forwards per sensitivity estimate: one change falls below a tenth of its scale with
+    probability ~8% (a near-Gaussian error), the largest of four ~4e-5, so one lucky element does
+    not decide."""
 
     def sensitivity(self, init_seed: int, key: TrialKey, reload_seed: int | None, buffers: bool,
                     out: torch.Tensor) -> torch.Tensor | None:
