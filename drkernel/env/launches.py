@@ -101,7 +101,6 @@ def install_naming(own_file: str, suffix: str) -> None:
     JITFunction.__init__ = __init__
 
 
-
 def install_memory_fence() -> None:
     """Confine the interpreter's memory operations to the launch's tensor arguments.
 

@@ -293,10 +293,10 @@ class CandidateProcess:
                     data = None
                 if is_spot_query(data):
                     if data.get("nonce") != nonce:
-                        raise self._forged(f"a spot question without the request's nonce during {req.op}")
+                        raise self._violation("forged", f"a spot question without the request's nonce during {req.op}")
                     call = data.get("call")
                     if on_spot is None or not isinstance(call, int) or isinstance(call, bool):
-                        raise self._protocol(f"unexpected question during {req.op}: {raw[:80]!r}")
+                        raise self._violation("protocol", f"unexpected question during {req.op}: {raw[:80]!r}")
                     try:
                         self.conn.send_bytes(b"1" if on_spot(call) else b"0")
                     except (OSError, ValueError) as exc:
@@ -305,9 +305,9 @@ class CandidateProcess:
             try:
                 return parse_reply(raw, req.op, nonce)
             except ForgedMessage as exc:
-                raise self._forged(f"{exc} during {req.op}") from None
+                raise self._violation("forged", f"{exc} during {req.op}") from None
             except ProtocolError as exc:
-                raise self._protocol(f"malformed reply during {req.op}: {exc}") from None
+                raise self._violation("protocol", f"malformed reply during {req.op}: {exc}") from None
 
     def _recv_raw(self, timeout_s: float, what: str) -> bytes:
         deadline = time.monotonic() + timeout_s
@@ -359,14 +359,10 @@ class CandidateProcess:
         self._kill_group()
         return self.failure
 
-    def _forged(self, message: str) -> CandidateFailure:
-        """A message on the channel that the harness did not write: the candidate's code wrote it."""
-        self.failure = CandidateFailure("forged", message, self.output_tail())
-        self._kill_group()
-        return self.failure
-
-    def _protocol(self, message: str) -> CandidateFailure:
-        self.failure = CandidateFailure("protocol", message, self.output_tail())
+    def _violation(self, kind: str, message: str) -> CandidateFailure:
+        """The channel broke its protocol (``protocol``), or carried a message the harness did not
+        write (``forged``: the candidate's code wrote it): the process is ended."""
+        self.failure = CandidateFailure(kind, message, self.output_tail())
         self._kill_group()
         return self.failure
 

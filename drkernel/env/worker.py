@@ -91,7 +91,8 @@ class Harness:
         self.isolation: dict[str, Any] = {}
         self._budget_ms = 0.0
         self.params_reloadable_buffers = True
-        self._reloadable: list[Any] = []
+        self._params: list[Any] = []
+        self._buffers: list[Any] = []
         self._kept: deque = deque()
         self._kept_bytes = 0
         self._initial: list[Any] = []
@@ -328,8 +329,7 @@ class Harness:
                     f"plain tensors (found {', '.join(odd)}): the grader loads fresh values into them between "
                     "calls, and that must not run any code of yours."))
         self._params, self._buffers = params, buffers
-        self._reloadable = params + buffers
-        self._initial = [t.detach().clone() for t in self._reloadable]
+        self._initial = [t.detach().clone() for t in params + buffers]
 
     def reload(self, seed: int | None) -> None:
         """The initial parameter values, transformed by ``seed`` when given
@@ -339,7 +339,7 @@ class Harness:
         if not self._initial:
             return
         with self.torch.no_grad():
-            for t, v in zip(self._reloadable, self._initial):
+            for t, v in zip(self._params + self._buffers, self._initial):
                 t.copy_(v)
             if seed is not None:
                 reload_tensors(self._params, self._buffers, seed)

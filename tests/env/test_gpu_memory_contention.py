@@ -37,11 +37,10 @@ OOM = "trial 4 (negated inputs): OutOfMemoryError: CUDA out of memory. Tried to 
 
 class FakeEvaluation:
     """Runs for ``hold`` seconds; fails with CUDA OOM if another one overlapped it (or always, for
-    a source containing "HOG"); records the most evaluations seen at once."""
+    a source containing "HOG")."""
 
     lock = threading.Lock()
     running = 0
-    peak_during: list[int] = []
     hold = 0.3
 
     def __init__(self, prepared, source, **kwargs):
@@ -56,7 +55,6 @@ class FakeEvaluation:
         with cls.lock:
             seen = max(seen, cls.running)
             cls.running -= 1
-            cls.peak_during.append(seen)
         if "HOG" in self.source or seen > 1:
             return EvalResult(compiled=True, correct=False, error=EvalError("correctness", OOM))
         return EvalResult(compiled=True, correct=True)
@@ -65,7 +63,7 @@ class FakeEvaluation:
 @pytest.fixture
 def grader(monkeypatch):
     monkeypatch.setattr(evaluation, "Evaluation", FakeEvaluation)
-    FakeEvaluation.running, FakeEvaluation.peak_during = 0, []
+    FakeEvaluation.running = 0
     g = LocalGrader(EvalConfig(device="cpu"), devices=["cuda:0"], capacity=4, warm=False)
     yield g
     g.close()
@@ -97,7 +95,7 @@ def test_no_retry_without_company(grader):
 
 def test_no_retry_on_cpu(monkeypatch):
     monkeypatch.setattr(evaluation, "Evaluation", FakeEvaluation)
-    FakeEvaluation.running, FakeEvaluation.peak_during = 0, []
+    FakeEvaluation.running = 0
     with LocalGrader(EvalConfig(device="cpu"), capacity=2, warm=False) as g:
         with ThreadPoolExecutor(2) as pool:
             results = list(pool.map(lambda i: g.grade(TASK, f"c {i}", seed=i), range(2)))
