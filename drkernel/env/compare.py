@@ -49,10 +49,22 @@ CONDITION_ULPS = 64.0
 """Multiple of the reference's own rounding sensitivity allowed per element (module docstring)."""
 
 
+def reference_rms(ref: torch.Tensor) -> float | None:
+    """``rms(ref)`` over its finite elements, as :func:`compare_outputs` computes it (None for
+    integer or empty outputs, or no finite element)."""
+    if ref.numel() == 0 or not (ref.is_floating_point() or ref.is_complex()):
+        return None
+    r = ref.detach().to(torch.complex128 if ref.is_complex() else torch.float64)
+    rf = r[torch.isfinite(r)]
+    return float(rf.abs().pow(2).mean().sqrt()) if rf.numel() else None
+
+
 def compare_outputs(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
-                    allowance: torch.Tensor | None = None) -> Comparison:
+                    allowance: torch.Tensor | None = None, scale: float | None = None) -> Comparison:
     """``allowance``: per-element extra tolerance (float64, ``ref``'s shape and device), e.g.
-    ``CONDITION_ULPS * sigma`` for ill-conditioned outputs; None = none."""
+    ``CONDITION_ULPS * sigma`` for ill-conditioned outputs; None = none. ``scale``: the ``rms(ref)``
+    to use (a sample of an output is judged on the whole output's, :func:`reference_rms`); None =
+    ``ref``'s own."""
     if out.shape != ref.shape:
         return Comparison(False, f"shape mismatch: got {tuple(out.shape)}, expected {tuple(ref.shape)}")
     if out.dtype != ref.dtype:
@@ -84,7 +96,7 @@ def compare_outputs(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: flo
     rf, of = r[ref_finite], o[ref_finite]
     if rf.numel() == 0:
         return Comparison(True, "", 0.0, 0.0, 0.0)
-    rms = float(rf.abs().pow(2).mean().sqrt())
+    rms = float(rf.abs().pow(2).mean().sqrt()) if scale is None else float(scale)
     err = (of - rf).abs()
     bound = atol * rms + rtol * rf.abs()
     if allowance is not None:

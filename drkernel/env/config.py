@@ -13,7 +13,8 @@ CORRECTNESS_KEYS = {"trials_per_distribution": "trials_per_distribution", "distr
                     "atol": "atol", "rtol": "rtol", "determinism_check": "determinism_check"}
 #: env.yaml ``timing:`` keys, each mapped to its EvalConfig field.
 TIMING_KEYS = {"warmup": "warmup", "trials": "timing_trials", "reference_backend": "reference_backend",
-               "spot_checks": "spot_checks", "spot_rate": "spot_rate", "launch_budget_ms": "launch_budget_ms",
+               "spot_checks": "spot_checks", "spot_rate": "spot_rate", "spot_sample": "spot_sample",
+               "launch_budget_ms": "launch_budget_ms",
                "min_coverage": "min_coverage"}
 
 
@@ -55,6 +56,10 @@ class EvalConfig:
     ``spot_checks`` are kept; the last call is kept if none was). The decision is made after the
     call returned, so the candidate cannot know which calls are checked: skipping the work on half
     of 50 calls is caught with probability above 98%."""
+    spot_sample: int = 1 << 20
+    """Elements read back of a checked timed output holding more than twice this many, at indices
+    the grader draws after the call (:mod:`drkernel.env.spot`; smaller outputs come back whole;
+    0: always whole). Correctness trials always compare whole outputs."""
     reference_backend: str = "eager"
     """``eager`` or ``torch_compile`` for the timed reference."""
     reference_max_age_s: float = 900.0
@@ -129,6 +134,8 @@ class EvalConfig:
         if not 0.0 < self.spot_rate <= 1.0 or self.spot_checks < 1:
             raise ValueError(f"spot_rate must be in (0, 1] and spot_checks >= 1, got {self.spot_rate}, "
                              f"{self.spot_checks}")
+        if self.spot_sample < 0:
+            raise ValueError(f"spot_sample must be >= 0, got {self.spot_sample}")
         if not 0.0 <= self.min_coverage <= 1.0:
             raise ValueError(f"min_coverage must be in [0, 1], got {self.min_coverage}")
         return self

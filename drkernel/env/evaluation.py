@@ -54,13 +54,16 @@ import torch
 
 from drkernel.env import reference as reference_timing
 from drkernel.env.attribution import CallWindow, ForgedRecords, coverage_of, cut_windows, top_kernels
-from drkernel.env.compare import CONDITION_ULPS, compare_outputs
+from drkernel.env.compare import CONDITION_ULPS, Comparison, compare_outputs, reference_rms
 from drkernel.env.config import EvalConfig
 from drkernel.env.feedback import build_feedback
+from drkernel.env.gate import DeviceGate, Lease
 from drkernel.env.prepared import PreparedTask, ReferenceOutput, TrialKey
 from drkernel.env.profiling import UNBOUNDED
 from drkernel.env.protocol import EventsRequest, LoadRequest, Reply, RunRequest, TimeRequest
 from drkernel.env.result import EnvironmentFailure, EvalError, EvalResult, Stage
+from drkernel.env.spot import sample_index, sample_size
+from drkernel.env.timing import WORKER_PHASES
 from drkernel.env.sandbox import CandidateFailure, CandidateProcess
 from drkernel.env.static_checks import check_source
 from drkernel.env.task import Task, TaskError, trial_seeds
@@ -108,63 +111,6 @@ class CancelToken:
 
 
 # -- process-wide resources -------------------------------------------------------------------------
-class DeviceGate:
-    """Who may use one GPU: many evaluations at once for *shared* work (loading, compiling,
-    correctness calls, the grader's references and comparisons), one alone for *exclusive* work
-    (timing and profiling: one timed region per GPU, with nothing else of ours running on it).
-
-    A readers-writer lock with writer preference: once a timing waits, new shared work waits
-    behind it, and the timing starts as soon as the shared requests in flight return. Shared work
-    is taken per request, so a timing waits at most one request per concurrent evaluation. The
-    thread holding the exclusive side may also enter the shared side (it already owns the GPU).
-    ``check`` is called while waiting (cancellation raises through it).
-    """
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writer: int | None = None
-        self._waiting_writers = 0
-
-    @contextlib.contextmanager
-    def shared(self, check: Callable[[], None] | None = None) -> Iterator[None]:
-        me = threading.get_ident()
-        if self._writer == me:
-            yield
-            return
-        with self._cond:
-            while self._writer is not None or self._waiting_writers:
-                self._cond.wait(0.2)
-                if check:
-                    check()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def exclusive(self, check: Callable[[], None] | None = None) -> Iterator[None]:
-        with self._cond:
-            self._waiting_writers += 1
-            try:
-                while self._writer is not None or self._readers:
-                    self._cond.wait(0.2)
-                    if check:
-                        check()
-                self._writer = threading.get_ident()
-            finally:
-                self._waiting_writers -= 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writer = None
-                self._cond.notify_all()
-
-
 _GATES: dict[str, DeviceGate] = {}
 _GATES_GUARD = threading.Lock()
 
@@ -361,10 +307,10 @@ class Evaluation:
         self.completed.add(Stage.LAUNCHES)
         if self._worth_timing():
             ref_proc = self._reference_process()
-            with self._exclusive():
+            with self._exclusive() as lease:
                 self._enter(Stage.TIMING)
                 ref = self._reference_timing(ref_proc)
-                reply = self._timed_calls()
+                reply = self._timed_calls(lease)
             self._timing(reply, ref)
             events = reply.events
         elif not (self.config.profile and self.result.error is None and bool(self.trials_ok)
@@ -508,28 +454,30 @@ class Evaluation:
         self.result.details["reference_cached"] = False
         return ref
 
-    def _timed_calls(self) -> Any:
+    def _timed_calls(self, lease: Lease | None) -> Any:
+        """The warm-up and timed calls; after the last one has returned (its device work is done),
+        the GPU is downgraded to shared for the rest of the request (kept outputs copied back,
+        profiler stopped): no other timing overlaps it, other evaluations' shared work may."""
         plan, cfg = self.plan, self.config
         rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))  # never derived from the seed
-        kept: list[int] = []
+        kept: dict[int, tuple[int, int]] = {}  # checked call -> (seed, size) of the elements read back
+        size = sample_size(self.refs[("trial", 0)].out.numel(), cfg.spot_sample)
         last = cfg.warmup + cfg.timing_trials - 1
         # With a handful of timed calls a cheap wrong output on a majority of them moves the median,
         # and a random sample of one or two misses that often: then every timed output is checked.
         every = cfg.timing_trials <= CHECK_ALL_TIMED
 
-        def keep(call: int) -> bool:
-            """Decided after the call returned: the candidate cannot know which calls are checked."""
+        def keep(call: int) -> tuple[int, int] | None:
+            """Decided after the call returned: the candidate cannot know which calls are checked,
+            nor, before its call is over, which elements of the output are read."""
+            if call == last and lease is not None:
+                lease.downgrade()
             if call < cfg.warmup or call > last or call in kept:
-                return False
-            if every:
-                kept.append(call)
-                return True
-            if len(kept) >= cfg.spot_checks:
-                return False
-            if rng.random() < cfg.spot_rate or (call == last and not kept):
-                kept.append(call)
-                return True
-            return False
+                return None
+            if every or (len(kept) < cfg.spot_checks and (rng.random() < cfg.spot_rate or (call == last and not kept))):
+                kept[call] = (int(rng.integers(0, 1 << 63)), size)
+                return kept[call]
+            return None
 
         reply = self._request(TimeRequest(seeds=plan.seeds, factors=plan.factors, warmup=cfg.warmup,
                                           reload_seeds=plan.reloads, spot=True, launch_budget_ms=cfg.launch_budget_ms),
@@ -554,9 +502,12 @@ class Evaluation:
                 if item.get("out") is not None:
                     try:
                         with self._shared():
-                            spot = self.prepared.reference(plan.init_seed, key, reload, self._buffers, cache=False)
-                            cmp = self._compare(read_tensor(item["out"], self.proc.workdir, spot.out.device),
-                                                spot.out, spot.sensitivity)
+                            with self.clock.part("spot_reference"):
+                                spot = self.prepared.reference(plan.init_seed, key, reload, self._buffers, cache=False)
+                            with self.clock.part("spot_read"):
+                                got = read_tensor(item["out"], self.proc.workdir, spot.out.device)
+                            with self.clock.part("spot_compare"):
+                                cmp = self._compare_spot(got, item.get("shape"), spot, self._kept[call])
                         ok, msg = cmp.ok, cmp.message
                     except (TensorIOError, OSError) as exc:
                         msg = str(exc)
@@ -596,6 +547,7 @@ class Evaluation:
             "reference_backend": cfg.reference_backend, "launch_budget": t.launch_budget,
             "samples": {"candidate": cand, "reference": ref.times_ms}, "checked_calls": sorted(self._kept),
             "persisting_l2_reset": t.persisting_l2_reset,
+            "worker_phases_s": {k: float(t.phases_s[k]) for k in WORKER_PHASES if k in t.phases_s},
             "method": "device records between fences" if self.cuda else "host clock (CPU interpreter)",
         }
         if not self.cuda:
@@ -706,21 +658,40 @@ class Evaluation:
         self._fail(Stage.CORRECTNESS, message)
         return False, out, message
 
+    def _compare_spot(self, got: torch.Tensor, shape: Any, spot: ReferenceOutput, plan: tuple[int, int]) -> Comparison:
+        """A checked timed output: whole, or the elements at the plan's indices (drkernel.env.spot)
+        against the same elements of the reference, within the whole output's tolerance."""
+        ref = spot.out
+        index = sample_index(ref.numel(), plan[0], plan[1], torch)
+        if index is None:
+            return self._compare(got, ref, spot.sensitivity)
+        if shape != list(ref.shape):
+            return Comparison(False, f"shape mismatch: got {str(shape)[:80]}, expected {tuple(ref.shape)}")
+        return self._compare(got, ref, spot.sensitivity, index=index.to(ref.device))
+
     def _compare(self, out: torch.Tensor, ref: torch.Tensor,
-                 sensitivity: Callable[[torch.Tensor], torch.Tensor | None] | None = None):
+                 sensitivity: Callable[[torch.Tensor], torch.Tensor | None] | None = None,
+                 index: torch.Tensor | None = None) -> Comparison:
         """Compare on the reference's device; a device out of memory (the candidate may hold most of
         it) falls back to the CPU. Values out of tolerance are compared once more with the
         reference's own rounding sensitivity allowed (``sensitivity``, :mod:`drkernel.env.compare`:
         ill-conditioned elements). Any other failure here is the grader's (EnvironmentFailure)."""
+        whole = ref
+        scale = None
+        if index is not None:  # a sample: its elements of the reference, the whole output's scale
+            scale = reference_rms(ref)
+            ref = ref.reshape(-1).index_select(0, index)
         try:
             try:
-                cmp = compare_outputs(out, ref, self.atol, self.rtol)
+                cmp = compare_outputs(out, ref, self.atol, self.rtol, scale=scale)
                 if cmp.ok or sensitivity is None or cmp.max_abs_err is None or cmp.max_abs_err == float("inf"):
                     return cmp
-                sigma = sensitivity(ref)
+                sigma = sensitivity(whole)
                 if sigma is None:
                     return cmp
-                second = compare_outputs(out, ref, self.atol, self.rtol, allowance=CONDITION_ULPS * sigma)
+                if index is not None:
+                    sigma = sigma.reshape(-1).index_select(0, index.to(sigma.device))
+                second = compare_outputs(out, ref, self.atol, self.rtol, allowance=CONDITION_ULPS * sigma, scale=scale)
                 if second.ok:
                     conditioned = self.result.details.setdefault("ill_conditioned", {"checks": 0, "elements": 0})
                     conditioned["checks"] += 1
@@ -729,7 +700,7 @@ class Evaluation:
                 return second if second.ok else cmp
             except torch.OutOfMemoryError:
                 torch.cuda.empty_cache()
-                return compare_outputs(out.cpu(), ref.cpu(), self.atol, self.rtol)
+                return compare_outputs(out.cpu(), ref.cpu(), self.atol, self.rtol, scale=scale)
         except Exception as exc:  # noqa: BLE001
             raise EnvironmentFailure(f"comparing outputs failed in the grader: {type(exc).__name__}: {exc}") from exc
 
@@ -770,9 +741,9 @@ class Evaluation:
             raise EvaluationCancelled(f"evaluation of {self.prepared.task.name} was cancelled")
 
     @contextlib.contextmanager
-    def _exclusive(self) -> Iterator[None]:
-        with self._gate("exclusive"):
-            yield
+    def _exclusive(self) -> Iterator[Lease | None]:
+        with self._gate("exclusive") as lease:
+            yield lease
 
     @contextlib.contextmanager
     def _shared(self) -> Iterator[None]:
@@ -780,17 +751,17 @@ class Evaluation:
             yield
 
     @contextlib.contextmanager
-    def _gate(self, side: str) -> Iterator[None]:
+    def _gate(self, side: str) -> Iterator[Any]:
         """Enter the GPU gate; the wait is queueing for the GPU, not the candidate's time."""
         if self.gate is None:
-            yield
+            yield None
             return
         t0 = time.monotonic()
-        with getattr(self.gate, side)(self._check_cancel):
+        with getattr(self.gate, side)(self._check_cancel) as held:
             waited = time.monotonic() - t0
             self._deadline += waited
             self.clock.add("gpu_queue", waited)
-            yield
+            yield held
 
     def _worth_timing(self) -> bool:
         r = self.result
@@ -936,5 +907,5 @@ def _contiguous_strides(shape: list[int], strides: list[int]) -> bool:
     return True
 
 
-__all__ = ["evaluate", "Evaluation", "EvaluationCancelled", "CancelToken", "Plan", "DeviceGate", "device_gate", "fresh_process",
+__all__ = ["evaluate", "Evaluation", "EvaluationCancelled", "CancelToken", "Plan", "DeviceGate", "Lease", "device_gate", "fresh_process",
            "as_task", "as_source", "resolve_device"]

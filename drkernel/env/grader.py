@@ -199,9 +199,14 @@ class LocalGrader(GraderBase):
         super().__init__(capacity)
         self.warm = warm
         per_device = -(-capacity // len(self.devices))
-        # a burst of `capacity` evaluations takes every spare at once; replacements take seconds to
-        # start, so twice the per-device concurrency is kept ready (at most 8: memory, CUDA contexts)
-        self.pool = WarmPool(spares=(spares if spares is not None else min(2 * per_device, 8)) if warm else 0)
+        # Each process serves one candidate, so processes must start as fast as evaluations end: a
+        # GPU worker takes ~5-6 s to start (CUPTI's first session alone ~4.4-5.6 s on an H100; 1, 8
+        # or 16 starting at once take as long each: tests/benchmarks/diagnostics/cupti_start.py), so
+        # twice the per-device concurrency is kept ready, up to 16 on a GPU (~0.5 GB of GPU memory
+        # each for its context; with 8 at capacity 8 evaluations waited 2.4 s each for a process,
+        # with 16 none) and 8 on the CPU.
+        default_spares = min(2 * per_device, 8 if self.devices == ["cpu"] else 16)
+        self.pool = WarmPool(spares=(spares if spares is not None else default_spares) if warm else 0)
         self.prepared = PreparedCache(max_tasks=cache_tasks, cache_bytes=ref_cache_bytes)
         self._slots = threading.BoundedSemaphore(capacity)
         self._active = {d: 0 for d in self.devices}

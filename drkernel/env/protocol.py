@@ -206,6 +206,8 @@ class TimeReply:
     persisting_l2_reset: bool | None = None
     launch_budget: dict[str, Any] | None = None
     """On CUDA: the hold used (``ms``, ``verified``, ``blocks``, ``reason`` when off); see budget.py."""
+    phases_s: dict[str, float] = field(default_factory=dict)
+    """Diagnostics: the worker's host seconds per part of the request (inputs, call, spot, ...)."""
 
 
 @dataclass

@@ -268,13 +268,15 @@ class CandidateProcess:
         """Send a protocol request, return its parsed :class:`~drkernel.env.protocol.Reply`. A hang,
         crash, flood, memory overrun or malformed reply raises :class:`CandidateFailure`.
 
-        ``on_spot(call) -> bool`` answers the worker's questions during a timing request (keep the
-        output of timed call ``call``?); a question without ``on_spot``, or a malformed one, is a
+        ``on_spot(call) -> (seed, size) | None`` answers the worker's questions during a timing
+        request (keep the output of timed call ``call``? None: no; else yes, and which elements,
+        :mod:`drkernel.env.spot`); a question without ``on_spot``, or a malformed one, is a
         protocol violation."""
         import json
         import secrets
 
         from drkernel.env.protocol import ForgedMessage, ProtocolError, encode_request, is_spot_query, parse_reply
+        from drkernel.env.spot import encode_keep
 
         if self.failure:
             raise self.failure
@@ -298,7 +300,8 @@ class CandidateProcess:
                     if on_spot is None or not isinstance(call, int) or isinstance(call, bool):
                         raise self._violation("protocol", f"unexpected question during {req.op}: {raw[:80]!r}")
                     try:
-                        self.conn.send_bytes(b"1" if on_spot(call) else b"0")
+                        plan = on_spot(call)
+                        self.conn.send_bytes(b"0" if plan is None else encode_keep(*plan))
                     except (OSError, ValueError) as exc:
                         raise self._died(f"could not answer during {req.op}: {exc}") from None
                     continue
@@ -510,6 +513,8 @@ class WarmPool:
         self._closed = False
         self.started = 0
         self.start_failures = 0
+        self.starts: deque[dict[str, float]] = deque(maxlen=256)
+        """The latest spares' start seconds (``total``) and the worker's own parts (``Hello.start_parts``)."""
 
     def prewarm(self, device: str) -> None:
         """Start spares for ``device`` now (they are also started on first use)."""
@@ -557,6 +562,8 @@ class WarmPool:
             self._starting[device] -= 1
             if proc is not None:
                 self.started += 1
+                parts = getattr(proc.hello, "start_parts", None) or {}
+                self.starts.append({"total": float(proc.start_s or 0.0), **{k: float(v) for k, v in parts.items()}})
                 if self._closed:
                     closing = proc
                 else:

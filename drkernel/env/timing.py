@@ -23,8 +23,9 @@ own kernels is costed by the :class:`~drkernel.env.profiling.ForeignWork` mode.
 
 Timed calls of the candidate: after each call returns, the worker asks the grader whether to keep
 its output (:class:`SpotChannel`); the grader decides then, with its own random numbers, so no plan
-of checked calls exists in the candidate's process. Kept outputs are written back after the
-request's last call and its integrity check.
+of checked calls exists in the candidate's process. Kept outputs (whole, or a sample of a large
+one's elements drawn from a seed sent with the answer: :mod:`drkernel.env.spot`) are written back
+after the request's last call and its integrity check.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 FLUSH_MIN_BYTES = 256 << 20
 """The L2 flush writes at least this much (KernelBench's 256 MB): at least twice any current GPU's L2."""
 _CUDA_LIMIT_PERSISTING_L2 = 0x06
+WORKER_PHASES = ("inputs", "call", "call_pre", "call_after", "spot", "finish", "write", "profiler")
+"""The parts of a timing request the worker reports (``TimeReply.phases_s``, diagnostics only)."""
 
 
 def persisting_l2_resetter():
@@ -97,33 +100,61 @@ def summarize(xs: list[float]) -> dict[str, float]:
 
 
 class SpotChannel:
-    """After a timed call: ``keep(i)`` asks the grader whether to keep call ``i``'s output.
+    """After a timed call: ``keep(i)`` asks the grader whether to keep call ``i``'s output; the
+    answer is no (None) or the seed of the elements to send back (:mod:`drkernel.env.spot`).
 
     Speaks the worker's connection framing (4-byte big-endian length, then the payload) with the
     raw ``os.read``/``os.write`` of the connection's descriptor, captured before the candidate
-    loaded, so a later patch of Python's connection classes does not reach it."""
+    loaded, so a later patch of Python's connection classes does not reach it; the sampler's torch
+    functions are captured then too."""
 
     def __init__(self, fd: int):
         import os
 
+        import torch
+
         from drkernel.env.protocol import spot_query
 
+        self._torch = torch
+        self._randint, self._generator = torch.randint, torch.Generator
+        self._select, self._reshape = torch.Tensor.index_select, torch.Tensor.reshape
         self._fd, self._read, self._write = fd, os.read, os.write
         cell: list[str] = [""]
         # The request's nonce is kept in a closure cell, not an attribute (same reach as the loop's)
         self.arm = lambda nonce: cell.__setitem__(0, nonce)
         self._query = lambda call: spot_query(call, cell[0])
 
-    def keep(self, call: int) -> bool:
+    def keep(self, call: int) -> tuple[int, int] | None:
+        """None: not checked; else ``(seed, size)`` of the elements to send back (drkernel.env.spot)."""
+        from drkernel.env.spot import ANSWER_BYTES, decode_keep
+
         payload = self._query(call)
         msg = len(payload).to_bytes(4, "big", signed=True) + payload
         while msg:
             msg = msg[self._write(self._fd, msg):]
         head = self._exact(4)
         n = int.from_bytes(head, "big", signed=True)
-        if n != 1:
+        if n not in (1, ANSWER_BYTES):
             raise ConnectionError(f"malformed spot answer of {n} bytes")
-        return self._exact(1) == b"1"
+        answer = self._exact(n)
+        if n == 1:
+            if answer != b"0":
+                raise ConnectionError("malformed spot answer")
+            return None
+        try:
+            return decode_keep(answer)
+        except ValueError as exc:
+            raise ConnectionError(str(exc)) from None
+
+    def sample(self, out: Any, plan: tuple[int, int]) -> Any:
+        """What comes back of a kept output: the whole tensor, or its elements at the plan's flat
+        indices (:func:`drkernel.env.spot.sample_index`), as a 1-D tensor."""
+        from drkernel.env.spot import sample_index
+
+        idx = sample_index(out.numel(), plan[0], plan[1], self._torch, self._randint, self._generator)
+        if idx is None:
+            return out
+        return self._select(self._reshape(out, (-1,)), 0, idx.to(out.device))
 
     def _exact(self, n: int) -> bytes:
         buf = b""
@@ -197,37 +228,57 @@ def run_calls(h: TimingHarness, req: TimeRequest) -> TimeReply:
     kept: list[tuple[int, Any]] = []
     host_ms, launch_ms, foreign = [], [], []
     calls_without_launch = 0
-    t_begin = time.perf_counter()
+    perf = time.perf_counter
+    phases = dict.fromkeys(WORKER_PHASES, 0.0)
+    t_begin = perf()
     for i in range(n):
+        t0 = perf()
         if req.reload_seeds:
             h.reload(req.reload_seeds[i])
         x = scale_floats(h.pool_inputs(seeds[i]), factors[i])
+        t1 = perf()
+        phases["inputs"] += t1 - t0
         try:
             out, call = h.call(x, "no_grad", timed=True)
         except BaseException as exc:  # noqa: BLE001 - the model's failure, stage timing
             raise CandidateError("timing", ("ModelNew.forward" if h.role == "candidate" else "the reference")
                                  + " raised while timed: " + trim_traceback(exc, h.candidate_file)) from None
+        phases["call_pre"] += call.get("pre_ms", 0.0) / 1e3
+        phases["call_after"] += call.get("after_ms", 0.0) / 1e3
         host_ms.append(call["host_ms"])
         launch_ms.append(call["launch_ms"])
         foreign.append(call["foreign"])
         if not cuda and h.role == "candidate" and i >= warmup and call["launches"] == 0:
             calls_without_launch += 1
         del x
-        if i >= warmup and req.spot and h.spot.keep(i):
-            kept.append((i, out))
+        t2 = perf()
+        phases["call"] += t2 - t1
+        if i >= warmup and req.spot:
+            plan = h.spot.keep(i)
+            if plan is not None:
+                kept.append((i, out, plan))
         del out
-    total_s = time.perf_counter() - t_begin
+        phases["spot"] += perf() - t2
+    total_s = perf() - t_begin
+    t0 = perf()
     h.finish_request(full=True)  # integrity before anything the candidate could have patched runs
+    t1 = perf()
     spot_out = []
-    for i, out in kept:
-        desc = h.tensor_io.write_tensor(out, h.workdir, f"spot_{i}") if type(out) is torch.Tensor else None
-        spot_out.append({"call": i, "out": desc})
+    for i, out, plan in kept:
+        if type(out) is torch.Tensor:
+            desc = h.tensor_io.write_tensor(h.spot.sample(out, plan), h.workdir, f"spot_{i}")
+            spot_out.append({"call": i, "out": desc, "shape": list(out.shape)})
+        else:
+            spot_out.append({"call": i, "out": None})
     del kept
+    t2 = perf()
     records = h.stop_profiler() if cuda else []
+    phases.update(finish=t1 - t0, write=t2 - t1, profiler=perf() - t2)
     return TimeReply(host_ms=host_ms, launch_ms=launch_ms, foreign=foreign, spot=spot_out, total_s=total_s,
                      calls_without_launch=calls_without_launch, events=records,
                      persisting_l2_reset=h.l2_reset_ok if cuda else None,
-                     launch_budget=_budget_report(budget, budget_ms, h.budget_error) if cuda else None)
+                     launch_budget=_budget_report(budget, budget_ms, h.budget_error) if cuda else None,
+                     phases_s={k: round(v, 4) for k, v in phases.items()})
 
 
 def _budget_report(budget: LaunchBudget | None, ms: float, budget_error: str | None) -> dict[str, Any]:
@@ -237,4 +288,4 @@ def _budget_report(budget: LaunchBudget | None, ms: float, budget_error: str | N
     return budget.describe(ms)
 
 
-__all__ = ["run_calls", "TimingHarness", "summarize", "persisting_l2_resetter", "SpotChannel", "FLUSH_MIN_BYTES"]
+__all__ = ["WORKER_PHASES", "run_calls", "TimingHarness", "summarize", "persisting_l2_resetter", "SpotChannel", "FLUSH_MIN_BYTES"]

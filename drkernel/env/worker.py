@@ -256,6 +256,7 @@ class Harness:
         torch = self.torch
         cuda = self.device == "cuda"
         perf = _perf
+        t_pre = perf()
         self._keep_alive(inputs)
         if cuda:
             hold, ms = self._hold()
@@ -285,7 +286,8 @@ class Harness:
         t2 = perf()
         self.after_call()
         return out, {"host_ms": (t2 - t0) * 1e3, "launch_ms": (t1 - t0) * 1e3,
-                     "foreign": self._foreign_total() - foreign_before, "launches": self.recorder.total()}
+                     "foreign": self._foreign_total() - foreign_before, "launches": self.recorder.total(),
+                     "pre_ms": (t0 - t_pre) * 1e3, "after_ms": (perf() - t2) * 1e3}
 
     def _keep_alive(self, inputs: list[Any]) -> None:
         """Earlier calls' inputs stay alive (up to :data:`KEEP_BYTES`, at least the last call's), so a

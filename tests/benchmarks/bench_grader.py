@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                          "warm LocalGrader of each capacity and report evaluations/min and each kernel's timing "
                          "spread (max/min - 1 of its time over the rounds) side by side")
     ap.add_argument("--sweep-rounds", type=int, default=3)
+    ap.add_argument("--spares", type=int, default=None, help="warm spare processes per device (default: the grader's)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.capacities:
         out["sweep"] = capacity_sweep(jobs, config, [int(c) for c in args.capacities.split(",")], args.sweep_rounds,
-                                      show)
+                                      show, spares=args.spares)
         if args.json:
             Path(args.json).write_text(json.dumps(out, indent=2))
             print(f"wrote {args.json}")
@@ -196,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show) -> list[dict]:
+def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show, spares: int | None = None) -> list[dict]:
     """Evaluations/min and per-kernel timing spread under load, for each grader capacity.
 
     Each capacity gets its own warm LocalGrader (spares ready before the clock starts, the
@@ -207,7 +208,7 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show)
 
     rows = []
     for cap in capacities:
-        with LocalGrader(config, capacity=cap) as g:
+        with LocalGrader(config, capacity=cap, spares=spares) as g:
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline and g.pool.ready_count(g.devices[0]) < g.pool.spares:
                 time.sleep(0.2)
@@ -216,6 +217,8 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show)
             while time.monotonic() < deadline + 60 and g.pool.ready_count(g.devices[0]) < g.pool.spares:
                 time.sleep(0.2)
             times: dict[str, list[float]] = {j[0]: [] for j in jobs}
+            stages: dict[str, float] = {}
+            phases: dict[str, float] = {}
             passed = 0
 
             def one(k: int):
@@ -224,24 +227,37 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show)
                 show(f"cap {cap}", tid, r)
                 return tid, r
 
+            g.pool.starts.clear()
             t0 = time.monotonic()
             with ThreadPoolExecutor(max_workers=cap) as pool:
                 for tid, r in pool.map(one, range(len(jobs) * rounds)):
                     passed += r.passed
+                    for k, v in r.details.get("stage_seconds", {}).items():
+                        stages[k] = stages.get(k, 0.0) + v / (len(jobs) * rounds)
+                    for k, v in r.details.get("timing", {}).get("worker_phases_s", {}).items():
+                        phases[k] = phases.get(k, 0.0) + v / (len(jobs) * rounds)
                     if r.kernel_ms:
                         times[tid].append(r.kernel_ms)
             secs = time.monotonic() - t0
+            starts = list(g.pool.starts)
+            spares = g.pool.spares
+        start_mean = {k: sum(st.get(k, 0.0) for st in starts) / len(starts) for k in starts[0]} if starts else {}
         spreads = {t: (max(v) / min(v) - 1) for t, v in times.items() if len(v) >= 2}
         worst = max(spreads.items(), key=lambda kv: kv[1]) if spreads else (None, None)
         row = {"capacity": cap, "evals": len(jobs) * rounds, "seconds": secs,
                "evals_per_min": 60 * len(jobs) * rounds / secs, "passed": passed,
                "spread_median": statistics.median(spreads.values()) if spreads else None,
                "spread_max": worst[1], "spread_worst_task": worst[0], "spread_by_task": spreads,
-               "times_ms": times}
+               "times_ms": times, "stage_mean_s": stages, "worker_phase_mean_s": phases,
+               "spares": spares, "worker_starts": len(starts), "worker_start_mean_s": start_mean}
         rows.append(row)
         print(f"capacity {cap}: {row['evals_per_min']:.1f} evaluations/min, {passed}/{row['evals']} passed, "
               f"spread median {100 * (row['spread_median'] or 0):.2f}% max {100 * (row['spread_max'] or 0):.2f}% "
               f"({row['spread_worst_task']})", flush=True)
+        print("  mean s per evaluation: " + " ".join(f"{k}={v:.3f}" for k, v in sorted(stages.items(), key=lambda kv: -kv[1])))
+        print("  worker's timing request: " + " ".join(f"{k}={v:.3f}" for k, v in phases.items()), flush=True)
+        print(f"  worker starts ({len(starts)}, {spares} spares): " + " ".join(f"{k}={v:.2f}" for k, v in start_mean.items()),
+              flush=True)
     print(f"\n{'capacity':>8} {'evals/min':>10} {'spread median':>14} {'spread max':>11}  worst kernel")
     for r in rows:
         print(f"{r['capacity']:>8} {r['evals_per_min']:>10.1f} {100 * (r['spread_median'] or 0):>13.2f}% "

@@ -52,7 +52,7 @@ for stage in $STAGES; do
                 --json "$OUT/bench_grader.json" 2>&1 | tee "$OUT/bench_grader.log" || status=1 ;;
     loadspread) $PY tests/benchmarks/bench_grader.py --device cuda --capacities "${CAPACITIES:-1,4,8}" \
                 --tasks "${LOADSPREAD_TASKS:-01_relu,07_broadcast_mul,13_softmax,15_layer_norm,18_matmul_square,22_cumsum,25_transpose_2d,27_embedding}" \
-                --sweep-rounds "${SWEEP_ROUNDS:-3}" --skip-warmup --json "$OUT/bench_grader_sweep.json" 2>&1 \
+                --sweep-rounds "${SWEEP_ROUNDS:-3}" ${SPARES:+--spares "$SPARES"} --skip-warmup --json "$OUT/bench_grader_sweep.json" 2>&1 \
                 | tee "$OUT/bench_grader_sweep.log" | grep -v "^  \[" || status=1 ;;
     service)  $PY tests/benchmarks/diagnostics/service_bench.py --n 48 --rounds 2 --latency-n 10 --out "$OUT/service_bench.json" 2>&1 \
                 | tee "$OUT/service_bench.log" || status=1 ;;

@@ -1,0 +1,129 @@
+"""Who may use one GPU while evaluations run concurrently: :class:`DeviceGate`.
+
+Shared work (loading, compiling, correctness calls, the grader's references and comparisons) runs
+for many evaluations at once; exclusive work (the timed calls) runs alone, so one timed region per
+GPU sees nothing else of ours. An evaluation's timing ends with work that must not overlap another
+timing but need not run alone (its worker copies the kept outputs back, its profiler stops): the
+holder *downgrades* to shared there (:meth:`Lease.downgrade`): the next timing waits for that
+copy, and shared work of other evaluations may run beside it meanwhile.
+
+    with gate.exclusive() as lease:      # waits for running shared work, then runs alone
+        ...timed calls...
+        lease.downgrade()                # from here on: one shared holder among others
+        ...copy outputs back...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Callable, Iterator
+
+
+class Lease:
+    """The exclusive side of a :class:`DeviceGate` held by one thread (``downgrade()`` once)."""
+
+    def __init__(self, gate: "DeviceGate"):
+        self._gate = gate
+        self.downgraded = False
+
+    def downgrade(self) -> None:
+        """Become a shared holder at once (no other timing can start in between); idempotent."""
+        if not self.downgraded:
+            self._gate._downgrade()
+            self.downgraded = True
+
+
+class DeviceGate:
+    """A readers-writer lock over one GPU, with writer preference and downgrade (module docstring).
+
+    Once a timing waits, new shared work waits behind it, and the timing starts as soon as the
+    shared requests in flight return. Shared work is taken per request, so a timing waits at most
+    one request per concurrent evaluation. A thread that holds either side may enter the shared side
+    again (it already owns the GPU: its own comparisons inside a timing, or after a downgrade).
+    ``check`` is called while waiting (cancellation raises through it).
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers: dict[int, int] = {}  # thread id -> shared holds (re-entrant)
+        self._writer: int | None = None
+        self._waiting_writers = 0
+        self._downgraded: int | None = None  # thread of a downgraded lease still held
+
+    @contextlib.contextmanager
+    def shared(self, check: Callable[[], None] | None = None) -> Iterator[None]:
+        me = threading.get_ident()
+        with self._cond:
+            if self._writer == me:
+                reentrant = "writer"
+            elif me in self._readers:
+                reentrant = "reader"
+                self._readers[me] += 1
+            else:
+                reentrant = None
+                # Writer preference, except while a downgraded timing still holds the GPU: the
+                # waiting timing cannot start before it ends anyway, so shared work may use the time.
+                while self._writer is not None or (self._waiting_writers and not self._downgraded):
+                    self._cond.wait(0.2)
+                    if check:
+                        check()
+                self._readers[me] = 1
+        try:
+            yield
+        finally:
+            if reentrant != "writer":
+                self._release_reader(me)
+
+    @contextlib.contextmanager
+    def exclusive(self, check: Callable[[], None] | None = None) -> Iterator[Lease]:
+        me = threading.get_ident()
+        with self._cond:
+            if me in self._readers or self._writer == me:
+                raise RuntimeError("DeviceGate.exclusive: this thread already holds the gate")
+            self._waiting_writers += 1
+            try:
+                while self._writer is not None or self._readers:
+                    self._cond.wait(0.2)
+                    if check:
+                        check()
+                self._writer = me
+            finally:
+                self._waiting_writers -= 1
+        lease = Lease(self)
+        try:
+            yield lease
+        finally:
+            if lease.downgraded:
+                with self._cond:
+                    self._downgraded = None
+                self._release_reader(me)
+            else:
+                with self._cond:
+                    self._writer = None
+                    self._cond.notify_all()
+
+    @property
+    def busy(self) -> bool:
+        """Whether anyone holds the gate (diagnostics and tests)."""
+        return self._writer is not None or bool(self._readers)
+
+    def _downgrade(self) -> None:
+        me = threading.get_ident()
+        with self._cond:
+            if self._writer != me:
+                raise RuntimeError("DeviceGate: only the exclusive holder may downgrade")
+            self._writer = None
+            self._readers[me] = 1
+            self._downgraded = me
+            self._cond.notify_all()  # shared work may start; writers still wait for this reader
+
+    def _release_reader(self, me: int) -> None:
+        with self._cond:
+            self._readers[me] -= 1
+            if not self._readers[me]:
+                del self._readers[me]
+            self._cond.notify_all()
+
+
+__all__ = ["DeviceGate", "Lease"]

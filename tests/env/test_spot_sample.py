@@ -1,0 +1,94 @@
+"""Checked timed outputs read back as a sample of their elements (drkernel.env.spot): the grader and
+the worker draw the same indices from the seed sent after the call; a kernel that leaves part of a
+timed output undone is still caught, an honest one still passes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from drkernel.env.config import EvalConfig, cpu_fast
+from drkernel.env.spot import ANSWER_BYTES, decode_keep, encode_keep, sample_index, sample_size
+
+TASKS = Path(__file__).parent / "fixtures" / "tasks"
+HONEST = (Path(__file__).parent / "fixtures" / "candidates" / "honest" / "relu_basic.py")
+
+# Correct on every call the correctness trials make (7 on the CPU protocol), then, on the timed
+# calls, computes the first 90% of the output and leaves the rest as it was allocated.
+PARTIAL = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        x = x.contiguous()
+        out = torch.full_like(x, 7.0)
+        n = x.numel() if self.calls <= 7 else (x.numel() * 9) // 10
+        relu_kernel[(triton.cdiv(n, 256),)](x, out, n, BLOCK=256)
+        return out
+'''
+
+
+def test_sample_size_reads_small_outputs_whole():
+    assert sample_size(100, 0) == 0  # off
+    assert sample_size(2 * 64, 64) == 0  # not more than twice the sample: whole
+    assert sample_size(2 * 64 + 1, 64) == 64
+
+
+def test_both_sides_draw_the_same_indices_from_the_seed():
+    a = sample_index(10_000, 12345, 512, torch)
+    b = sample_index(10_000, 12345, 512, torch, torch.randint, torch.Generator)
+    c = sample_index(10_000, 12346, 512, torch)
+    assert a.dtype == torch.int64 and a.shape == (512,) and torch.equal(a, b) and not torch.equal(a, c)
+    assert int(a.min()) >= 0 and int(a.max()) < 10_000
+    assert sample_index(10_000, 1, 0, torch) is None
+    # uniform: each tenth of the output gets about a tenth of 100k draws
+    counts = torch.bincount(sample_index(1000, 7, 100_000, torch) // 100, minlength=10)
+    assert int(counts.min()) > 9_000 and int(counts.max()) < 11_000
+
+
+def test_keep_answers_round_trip_and_malformed_ones_are_refused():
+    msg = encode_keep((1 << 63) - 1, 1 << 20)
+    assert len(msg) == ANSWER_BYTES and decode_keep(msg) == ((1 << 63) - 1, 1 << 20)
+    for bad in (b"1", b"0" + msg[1:], msg + b"x"):
+        with pytest.raises(ValueError):
+            decode_keep(bad)
+
+
+def _config(**kw) -> EvalConfig:
+    return cpu_fast(EvalConfig(device="cpu")).with_overrides(**kw)
+
+
+@pytest.mark.parametrize("sample", [256, 0])
+def test_a_timed_output_left_partly_undone_is_caught_sampled_or_whole(sample):
+    from drkernel.env.evaluation import evaluate
+
+    r = evaluate(TASKS / "relu.py", PARTIAL, seed=3, config=_config(spot_sample=sample))
+    assert r.compiled and not r.correct
+    assert r.error.stage == "timing" and "timed call" in r.error.message
+    assert "timed_output_mismatch" in r.hack_reasons
+
+
+def test_an_honest_kernel_passes_with_sampled_checks():
+    from drkernel.env.evaluation import evaluate
+
+    r = evaluate(TASKS / "relu.py", HONEST.read_text(), seed=4, config=_config(spot_sample=64))
+    assert r.correct, r.error
+    assert r.details["timing"]["checked_calls"]
