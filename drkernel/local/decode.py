@@ -42,6 +42,8 @@ from typing import Any, Callable
 
 import torch
 
+from drkernel.local.static_decode import StaticDecoder, unsupported
+
 
 @dataclass
 class Row:
@@ -85,12 +87,27 @@ class DecodeBatch:
     """
 
     def __init__(self, model: Any, device: torch.device | str, *, autocast_dtype: torch.dtype | None = None,
-                 guard: Callable[[], Any] | None = None, grow_cache: bool | None = None):
+                 guard: Callable[[], Any] | None = None, grow_cache: bool | None = None,
+                 static: bool | None = None):
         self.model = model
         self.device = torch.device(device)
         self.autocast_dtype = autocast_dtype
         self.guard = guard
         self.grow = self.device.type == "cpu" if grow_cache is None else grow_cache
+        self.fast: StaticDecoder | None = None
+        """Decoding steps over preallocated buffers, as CUDA graphs on a GPU
+        (:mod:`drkernel.local.static_decode`); None: the HF forward."""
+        self.fast_reason: str | None = None
+        """Why steps use the HF forward (None when they do not)."""
+        self._fast_live = False  # the fast decoder's buffers hold the batch's cache (self._cache is stale)
+        if static is None:
+            static = self.device.type == "cuda"
+        if static:
+            self.fast_reason = unsupported(model)
+            if self.fast_reason is None:
+                self.fast = StaticDecoder(model, self.device, autocast_dtype=autocast_dtype)
+        else:
+            self.fast_reason = "off"
         self.rows: list[Row] = []
         self.forwards = 0
         """Forwards run (prefills and steps)."""
@@ -119,6 +136,7 @@ class DecodeBatch:
         rows = [r for r in rows if r.max_new_tokens > 0]
         if not rows:
             return empty
+        self._materialize()
         width = max(len(r.prompt_ids) for r in rows)
         ids = torch.zeros((len(rows), width), dtype=torch.long)
         attn = torch.zeros((len(rows), width), dtype=torch.long)
@@ -150,10 +168,21 @@ class DecodeBatch:
         if not self.rows:
             return []
         b = len(self.rows)
-        attn = torch.cat([self._attn, torch.ones((b, 1), dtype=self._attn.dtype, device=self.device)], dim=1)
-        with self._guarded():
-            logits = self._forward(self._next[:, None], attn, self._pos[:, None], self._cache)
-            tok, host = sample_next(logits, self.rows, self.device)
+        if self.fast is not None:
+            with self._guarded():
+                if not self._fast_live:
+                    budget = max(r.max_new_tokens - len(r.token_ids) for r in self.rows)
+                    self.fast.load(_layers(self._cache), self._attn, budget)
+                    self._cache, self._attn, self._fast_live = None, None, True
+                logits = self.fast.step(self._next, self._pos)
+                self.forwards += 1
+                tok, host = sample_next(logits, self.rows, self.device)
+            attn = None
+        else:
+            attn = torch.cat([self._attn, torch.ones((b, 1), dtype=self._attn.dtype, device=self.device)], dim=1)
+            with self._guarded():
+                logits = self._forward(self._next[:, None], attn, self._pos[:, None], self._cache)
+                tok, host = sample_next(logits, self.rows, self.device)
         self.steps += 1
         self.row_steps += b
         self._attn, self._pos, self._next = attn, self._pos + 1, tok
@@ -170,7 +199,15 @@ class DecodeBatch:
         """Drop every row (after a failed forward); returns them."""
         rows, self.rows = self.rows, []
         self._cache = self._attn = self._pos = self._next = None
+        self._fast_live = False
         return rows
+
+    def _materialize(self) -> None:
+        """The fast decoder's cache back into ``self._cache``/``self._attn`` (rows join or leave)."""
+        if self._fast_live:
+            layers, attn = self.fast.export()
+            self._cache, self._attn = _new_cache([(k.clone(), v.clone()) for k, v in layers], grow=self.grow), attn
+            self._fast_live = False
 
     # ------------------------------------------------------------------ cache bookkeeping
 
@@ -186,6 +223,7 @@ class DecodeBatch:
         if not keep:
             self.clear()
             return
+        self._materialize()
         idx = torch.tensor(keep, dtype=torch.long, device=self.device)
         attn = self._attn.index_select(0, idx)
         left = int((attn.sum(0) > 0).int().argmax())  # first column some remaining row uses

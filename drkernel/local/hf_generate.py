@@ -116,6 +116,9 @@ class HFGenerate:
         threads: torch intra-op threads of the sampling thread (CPU); None = torch's setting. On a
             small shared CPU, 1 keeps decoding steps from stalling on a busy core (see the trainer's
             ``generation_threads``).
+        static_decode: decoding steps over preallocated KV buffers, replayed as CUDA graphs on a
+            GPU (:mod:`drkernel.local.static_decode`; Llama-family models, others fall back to the
+            HF forward); None = on a GPU only.
         continuous: rows join and leave the running batch (module docstring). False = static
             batches: a batch starts when the sampling thread is idle, with every call queued then,
             and hands all its replies back when its last row ends. Static batches form the same
@@ -131,7 +134,8 @@ class HFGenerate:
     def __init__(self, model_or_path: Any, tokenizer: Any = None, *, device: str = "cpu", seed: int = 0,
                  cache_size: int = 4096, max_batch: int = 64, max_prefill_tokens: int = 16384,
                  autocast_dtype: torch.dtype | None = None, step_guard: Callable[[], Any] | None = None,
-                 threads: int | None = None, continuous: bool = True, **sampling_defaults: Any):
+                 threads: int | None = None, continuous: bool = True, static_decode: bool | None = None,
+                 **sampling_defaults: Any):
         if isinstance(model_or_path, str):
             from transformers import AutoModelForCausalLM
 
@@ -166,6 +170,9 @@ class HFGenerate:
         self.autocast_dtype = autocast_dtype
         self.threads = threads
         self.continuous = continuous
+        self.static_decode = static_decode
+        self.fast_reason: str | None = None
+        """Why decoding steps use the HF forward (None when the static decoder runs them)."""
         self._lock = threading.Lock()  # the model: held by whoever runs a forward
         self._queue_lock = threading.Lock()  # guards _queue and _worker
         self._queue: deque[_Job] = deque()
@@ -314,7 +321,9 @@ class HFGenerate:
         functions, one decoding step, hand finished rows back; repeat."""
         if self.threads and self.device.type == "cpu":
             torch.set_num_threads(self.threads)  # this thread's intra-op pool
-        batch = DecodeBatch(self.model, self.device, autocast_dtype=self.autocast_dtype, guard=self._guard)
+        batch = DecodeBatch(self.model, self.device, autocast_dtype=self.autocast_dtype, guard=self._guard,
+                            static=self.static_decode)
+        self.fast_reason = batch.fast_reason
         t0 = time.perf_counter()
         base = (self.forwards, self.steps, self.row_steps)
         held: list[Row] = []  # static batches: replies handed back together at the end

@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))  # run from a checkout
 import torch  # noqa: E402
 
 
-def build(args: argparse.Namespace):
+def build(args: argparse.Namespace, static: bool | None = None):
     from drkernel.local import tiny
     from drkernel.local.hf_generate import HFGenerate
 
@@ -47,7 +47,7 @@ def build(args: argparse.Namespace):
     model = tiny.build_tiny_model(tok, hidden_size=args.tiny_hidden, num_layers=args.tiny_layers, seed=0)
     amp = torch.bfloat16 if args.device.startswith("cuda") and args.precision == "bf16-mixed" else None
     gen = HFGenerate(model, tok, device=args.device, seed=0, temperature=1.0, autocast_dtype=amp,
-                     max_batch=max(args.batches), threads=args.threads or None)
+                     max_batch=max(args.batches), threads=args.threads or None, static_decode=static)
     gen.stop_ids = ()  # every row runs its full budget: the modes do the same work
     return gen, tok
 
@@ -103,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt-tokens", default="512,1536", help="prompt lengths")
     p.add_argument("--new-tokens", default="256", help="tokens generated per call")
     p.add_argument("--modes", default="batched,sequential")
+    p.add_argument("--decode", default="auto", help="decoding steps: comma-separated of static (the static "
+                   "decoder, CUDA graphs on a GPU), hf (the HF forward), auto (static on a GPU only)")
     p.add_argument("--sequential-max-rows", type=int, default=8,
                    help="skip the sequential mode above this batch size (it only grows linearly)")
     p.add_argument("--out", default=None, help="write the results as JSON here")
@@ -115,28 +117,32 @@ def main(argv: list[str] | None = None) -> int:
         print("bench_rollout: --device cuda but CUDA is not available", file=sys.stderr)
         return 2
 
-    gen, tok = build(args)
     suite = REPO / args.suite
     results = []
-    run_case(gen, [[{"role": "user", "content": prompt_text(tok, 64, suite)}]] * 2, 8, "batched")  # warm-up
-    header = f"{'mode':<10} {'rows':>4} {'prompt':>6} {'new':>4} {'tokens':>7} {'s':>7} {'tok/s':>8} {'steps':>6} {'rows/step':>9}"
-    print(f"device {args.device}  model hidden {args.tiny_hidden} x {args.tiny_layers} layers, vocab {len(tok)}, "
-          f"torch threads {torch.get_num_threads()} (sampling thread: {args.threads or 'default'})")
-    print(header)
-    for plen in [int(x) for x in args.prompt_tokens.split(",")]:
-        text = prompt_text(tok, plen, suite)
-        for new in [int(x) for x in args.new_tokens.split(",")]:
-            for b in args.batches:
-                # distinct prompts (a suffix per row), as the episodes of a step have
-                messages = [[{"role": "user", "content": text + f" #{i}"}] for i in range(b)]
-                for mode in args.modes.split(","):
-                    if mode == "sequential" and b > args.sequential_max_rows:
-                        continue
-                    r = run_case(gen, messages, new, mode)
-                    results.append(r)
-                    print(f"{r['mode']:<10} {r['rows']:>4} {r['prompt_tokens']:>6} {r['new_tokens']:>4} "
-                          f"{r['tokens']:>7} {r['seconds']:>7.2f} {r['tokens_per_s']:>8.0f} {r['steps']:>6} "
-                          f"{r['rows_per_step']:>9}", flush=True)
+    header = (f"{'decode':<7} {'mode':<10} {'rows':>4} {'prompt':>6} {'new':>4} {'tokens':>7} {'s':>7} {'tok/s':>8} "
+              f"{'steps':>6} {'rows/step':>9}")
+    for decode in args.decode.split(","):
+        gen, tok = build(args, {"static": True, "hf": False, "auto": None}[decode])
+        run_case(gen, [[{"role": "user", "content": prompt_text(tok, 64, suite)}]] * 2, 8, "batched")  # warm-up
+        decode = "static" if gen.fast_reason is None else "hf"
+        print(f"device {args.device}  model hidden {args.tiny_hidden} x {args.tiny_layers} layers, vocab {len(tok)}, "
+              f"torch threads {torch.get_num_threads()} (sampling thread: {args.threads or 'default'}); decoding "
+              f"steps: {decode}" + (f" ({gen.fast_reason})" if gen.fast_reason else ""))
+        print(header)
+        for plen in [int(x) for x in args.prompt_tokens.split(",")]:
+            text = prompt_text(tok, plen, suite)
+            for new in [int(x) for x in args.new_tokens.split(",")]:
+                for b in args.batches:
+                    # distinct prompts (a suffix per row), as the episodes of a step have
+                    messages = [[{"role": "user", "content": text + f" #{i}"}] for i in range(b)]
+                    for mode in args.modes.split(","):
+                        if mode == "sequential" and b > args.sequential_max_rows:
+                            continue
+                        r = {"decode": decode, **run_case(gen, messages, new, mode)}
+                        results.append(r)
+                        print(f"{decode:<7} {r['mode']:<10} {r['rows']:>4} {r['prompt_tokens']:>6} {r['new_tokens']:>4} "
+                              f"{r['tokens']:>7} {r['seconds']:>7.2f} {r['tokens_per_s']:>8.0f} {r['steps']:>6} "
+                              f"{r['rows_per_step']:>9}", flush=True)
     info = {"device": args.device, "device_name": (torch.cuda.get_device_name() if args.device.startswith("cuda")
                                                    else platform.processor() or platform.machine()),
             "torch": torch.__version__, "threads": torch.get_num_threads(), "sampling_threads": args.threads or None,
@@ -149,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         info["transformers"] = transformers.__version__
     except ImportError:
         pass
-    checked = [r for r in results if r["mode"] == "batched" and r["rows"] == args.check_rows]
+    first = results[0]["decode"] if results else None  # the check applies to the first decoding listed
+    checked = [r for r in results if r["mode"] == "batched" and r["rows"] == args.check_rows and r["decode"] == first]
     failed = [r for r in checked if r["tokens_per_s"] < args.min_tokens_per_s]
     check = None
     if args.min_tokens_per_s:

@@ -19,7 +19,7 @@ $PY -c "import transformers, tokenizers" 2>/dev/null || {
   echo "local_train: needs the 'local' extra (pip install transformers tokenizers peft tensorboard tqdm)"; exit 2; }
 MODEL_ARGS=(--tiny-hidden 256 --tiny-layers 4 --tokenizer-vocab 4000)
 if [ -n "${MODEL:-}" ]; then MODEL_ARGS=(--model "$MODEL"); fi
-$PY -m drkernel train --suite envs/single_ops --tasks "${TASKS:-01_relu,04_silu,08_sum_dim,15_softmax}" \
+$PY -m drkernel train --suite envs/single_ops --tasks "${TASKS:-01_relu,04_silu,08_sum_dim,13_softmax}" \
   --device cuda --max-steps "${STEPS:-4}" --out "$RUN" --prompts-per-step "${PROMPTS:-2}" --group-size "${GROUP:-4}" \
   --num-turns "${TURNS:-2}" --max-new-tokens "${MAX_NEW_TOKENS:-256}" --lr 1e-5 --micro-batch-size 4 \
   --solution-mix "${SOLUTION_MIX:-2}" --no-progress "${MODEL_ARGS[@]}" 2>&1 | tee "$RUN/train.log"

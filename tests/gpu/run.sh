@@ -82,6 +82,7 @@ for stage in $STAGES; do
               $PY tests/benchmarks/bench_rollout.py --device "${ROLLOUT_DEVICE:-cuda}" --tiny-hidden 256 \
                 --tiny-layers 4 --tokenizer-vocab 4000 --batches "${ROLLOUT_BATCHES:-1,8,32,64}" \
                 --prompt-tokens "${ROLLOUT_PROMPTS:-512,2048}" --new-tokens 256 --min-tokens-per-s "${ROLLOUT_MIN_TOKPS:-2000}" \
+                --decode "${ROLLOUT_DECODE:-static,hf}" \
                 --out "$OUT/rollout/bench_rollout.json" 2>&1 | tee "$OUT/rollout/bench_rollout.log" || status=1 ;;
     # ---- end rollout
     # --- verl: real verl PPO steps with vLLM rollouts (tests/gpu/verl/README.md) ---------------
