@@ -495,6 +495,14 @@ class Evaluation:
                 self._finding("timed_output_mismatch", "the kept timed outputs did not all come back")
                 self._fail(Stage.TIMING, "the outputs of the checked timed calls did not all come back")
                 raise _Stop
+            pristine = None
+            if any(item.get("out") is not None for item in t.spot):
+                # one model under the evaluation's init seed for every checked call: built on the
+                # CPU outside the GPU gate, copied per call on the device (not built anew per call)
+                with self.clock.part("spot_reference"):
+                    built = self.prepared.pristine(plan.init_seed)
+                    with self._shared():
+                        pristine = built.to(self.device)
             for item in t.spot:
                 call = item["call"]
                 key, reload = plan.timed_key(call)
@@ -503,7 +511,8 @@ class Evaluation:
                     try:
                         with self._shared():
                             with self.clock.part("spot_reference"):
-                                spot = self.prepared.reference(plan.init_seed, key, reload, self._buffers, cache=False)
+                                spot = self.prepared.reference(plan.init_seed, key, reload, self._buffers, cache=False,
+                                                               pristine=pristine)
                             with self.clock.part("spot_read"):
                                 got = read_tensor(item["out"], self.proc.workdir, spot.out.device)
                             with self.clock.part("spot_compare"):
@@ -640,8 +649,9 @@ class Evaluation:
                                       f"reference's is contiguous {tuple(ref.out.stride())}: return it in that "
                                       "layout (.contiguous() in your kernel's output, not a view)")
         try:
-            with self._shared(), self.clock.part("transfers"):  # a GPU read is GPU work: not during a timing
-                out = read_tensor(r.out, self.proc.workdir, ref.out.device)
+            with self.clock.part("transfers"):
+                with self._shared():  # a GPU read is GPU work: not during a timing
+                    out = read_tensor(r.out, self.proc.workdir, ref.out.device)
                 (self.proc.workdir / r.out["file"]).unlink(missing_ok=True)
         except (TensorIOError, OSError, TypeError, KeyError) as exc:
             return self._trial_failed(f"{desc}: unreadable output ({exc})")
@@ -743,6 +753,8 @@ class Evaluation:
     @contextlib.contextmanager
     def _exclusive(self) -> Iterator[Lease | None]:
         with self._gate("exclusive") as lease:
+            if self.cuda:  # the grader's own GPU work still queued from shared sections ends first
+                torch.cuda.synchronize(self.device)
             yield lease
 
     @contextlib.contextmanager

@@ -5,7 +5,9 @@ for many evaluations at once; exclusive work (the timed calls) runs alone, so on
 GPU sees nothing else of ours. An evaluation's timing ends with work that must not overlap another
 timing but need not run alone (its worker copies the kept outputs back, its profiler stops): the
 holder *downgrades* to shared there (:meth:`Lease.downgrade`): the next timing waits for that
-copy, and shared work of other evaluations may run beside it meanwhile.
+copy; shared work of other evaluations may run beside it when no timing waits (writer preference
+holds throughout: admitting shared work beside a downgraded holder while a timing waited made no
+difference to throughput on an H100, 55.6 vs 55.4 evaluations/min at capacity 8).
 
     with gate.exclusive() as lease:      # waits for running shared work, then runs alone
         ...timed calls...
@@ -49,7 +51,6 @@ class DeviceGate:
         self._readers: dict[int, int] = {}  # thread id -> shared holds (re-entrant)
         self._writer: int | None = None
         self._waiting_writers = 0
-        self._downgraded: int | None = None  # thread of a downgraded lease still held
 
     @contextlib.contextmanager
     def shared(self, check: Callable[[], None] | None = None) -> Iterator[None]:
@@ -62,9 +63,7 @@ class DeviceGate:
                 self._readers[me] += 1
             else:
                 reentrant = None
-                # Writer preference, except while a downgraded timing still holds the GPU: the
-                # waiting timing cannot start before it ends anyway, so shared work may use the time.
-                while self._writer is not None or (self._waiting_writers and not self._downgraded):
+                while self._writer is not None or self._waiting_writers:
                     self._cond.wait(0.2)
                     if check:
                         check()
@@ -95,8 +94,6 @@ class DeviceGate:
             yield lease
         finally:
             if lease.downgraded:
-                with self._cond:
-                    self._downgraded = None
                 self._release_reader(me)
             else:
                 with self._cond:
@@ -115,8 +112,7 @@ class DeviceGate:
                 raise RuntimeError("DeviceGate: only the exclusive holder may downgrade")
             self._writer = None
             self._readers[me] = 1
-            self._downgraded = me
-            self._cond.notify_all()  # shared work may start; writers still wait for this reader
+            self._cond.notify_all()  # shared work may start (unless a timing waits); timings wait for this reader
 
     def _release_reader(self, me: int) -> None:
         with self._cond:

@@ -10,11 +10,14 @@ seed), so it is computed once and reused across candidates::
 Reference outputs are kept on the evaluation device, least recently used first out beyond
 ``cache_bytes``. Everything here runs in the grader's process, before the candidate's process
 receives any work (a candidate that fills GPU memory cannot make the grader's references fail).
-Thread-safe: concurrent evaluations of one task share a lock per prepared task.
+Thread-safe: the caches are guarded by one lock per prepared task, the computations by a lock per
+init seed (:attr:`PreparedTask.STRIPES` of them), so the forwards of one model never overlap while
+concurrent evaluations under other seeds compute theirs at the same time.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import threading
 from collections import OrderedDict
@@ -66,6 +69,8 @@ class PreparedTask:
                                                                                        repr=False)
     _bytes: int = 0
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    """Guards the caches (never held while a model runs)."""
+    _stripes: list[threading.RLock] = field(default_factory=lambda: [threading.RLock() for _ in range(16)], repr=False)
     timings: dict[tuple, Any] = field(default_factory=dict, repr=False)
     _costs: dict[int, float] = field(default_factory=dict, repr=False)
     """Reference timings by protocol key (:mod:`drkernel.env.reference`)."""
@@ -77,18 +82,31 @@ class PreparedTask:
         """Load the task (executes its source once). Raises TaskError for an unusable task."""
         return cls(task, task_size, device, task.load(task_size), cache_bytes)
 
+    STRIPES = 16
+    """Locks over init seeds: a model (and its outputs) under one seed is built and run by one
+    thread at a time (a reference may keep state between forwards); other seeds run concurrently."""
+
     def init_inputs(self, init_seed: int) -> list[Any]:
         return self.loaded.init_inputs(init_seed)
+
+    def _seed_lock(self, init_seed: int) -> threading.RLock:
+        return self._stripes[hash(int(init_seed)) % len(self._stripes)]
+
+    def pristine(self, init_seed: int) -> torch.nn.Module:
+        """A new reference model built under ``init_seed`` on the CPU, never run (the caller's own:
+        :meth:`reference` ``pristine=``; the caller moves it to the device)."""
+        return self.loaded.build_model(self.loaded.init_inputs(init_seed), init_seed, "cpu")
 
     def model(self, init_seed: int, reload_seed: int | None = None, buffers: bool = True) -> torch.nn.Module:
         """The reference built under ``init_seed``, with fresh parameter (and, with ``buffers``,
         buffer) values from ``reload_seed`` (:func:`~drkernel.env.task.reload_parameters`) when given."""
-        with self._lock:
-            key = (init_seed, reload_seed, buffers if reload_seed is not None else True)
-            m = self._models.get(key)
-            if m is not None:
-                self._models.move_to_end(key)
-                return m
+        key = (init_seed, reload_seed, buffers if reload_seed is not None else True)
+        with self._seed_lock(init_seed):
+            with self._lock:
+                m = self._models.get(key)
+                if m is not None:
+                    self._models.move_to_end(key)
+                    return m
             try:
                 m = self.loaded.build_model(self.loaded.init_inputs(init_seed), init_seed, self.device)
                 if reload_seed is not None:
@@ -98,9 +116,10 @@ class PreparedTask:
             except Exception as exc:  # noqa: BLE001 - the reference is trusted: its failure is the task's
                 raise TaskError(f"task {self.task.name}: Model(*get_init_inputs()) failed: "
                                 f"{type(exc).__name__}: {exc}") from exc
-            self._models[key] = m
-            while len(self._models) > 8:
-                self._models.popitem(last=False)
+            with self._lock:
+                self._models[key] = m
+                while len(self._models) > 8:
+                    self._models.popitem(last=False)
             return m
 
     def shapes(self, init_seed: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -112,22 +131,30 @@ class PreparedTask:
         return scale_floats(inputs, key.factor) if key.factor is not None else inputs
 
     def reference(self, init_seed: int, key: TrialKey, reload_seed: int | None = None,
-                  buffers: bool = True, cache: bool = True) -> ReferenceOutput:
+                  buffers: bool = True, cache: bool = True, pristine: torch.nn.Module | None = None) -> ReferenceOutput:
         """The reference's output on ``key``'s inputs with parameters from (``init_seed``,
         ``reload_seed``) (computed once, then cached; ``cache=False`` for inputs no other evaluation
-        will see again, such as a timed call's, whose model is not kept either)."""
+        will see again, such as a timed call's, whose model is not kept either). ``pristine``
+        (with ``cache=False``): the model under ``init_seed``, as built and never run, on the
+        device (:meth:`pristine`); a copy of it runs instead of a model built anew."""
+        ckey = (init_seed, reload_seed, buffers, key)
         with self._lock:
-            ckey = (init_seed, reload_seed, buffers, key)
             cached = self._outputs.get(ckey)
             if cached is not None:
                 self._outputs.move_to_end(ckey)
                 self.hits += 1
                 return cached
             self.misses += 1
+        with self._seed_lock(init_seed):
+            with self._lock:  # computed meanwhile by another thread under this seed?
+                cached = self._outputs.get(ckey)
+            if cached is not None:
+                return cached
             if cache:
                 model = self.model(init_seed, reload_seed, buffers)
             else:
-                model = self.loaded.build_model(self.loaded.init_inputs(init_seed), init_seed, self.device)
+                model = (copy.deepcopy(pristine) if pristine is not None else
+                         self.loaded.build_model(self.loaded.init_inputs(init_seed), init_seed, self.device))
                 if reload_seed is not None:
                     reload_parameters(model, reload_seed, buffers=buffers)
             inputs = self.draw(key)
@@ -149,11 +176,12 @@ class PreparedTask:
                 ref.out = ref.out.clone()  # keep the value, not a view of inputs dropped below
             if not cache:
                 return ref
-            self._outputs[ckey] = ref
-            self._bytes += ref.nbytes
-            while self._bytes > self.cache_bytes and len(self._outputs) > 1:
-                _, old = self._outputs.popitem(last=False)
-                self._bytes -= old.nbytes
+            with self._lock:
+                self._outputs[ckey] = ref
+                self._bytes += ref.nbytes
+                while self._bytes > self.cache_bytes and len(self._outputs) > 1:
+                    _, old = self._outputs.popitem(last=False)
+                    self._bytes -= old.nbytes
             return ref
 
     SENSITIVITY_DRAWS = 4
@@ -173,7 +201,7 @@ class PreparedTask:
         after a comparison failed, so honest fast paths never pay for it."""
         if not out.is_floating_point():
             return None
-        with self._lock:
+        with self._seed_lock(init_seed):
             model = self.model(init_seed, reload_seed, buffers)
             inputs = self.draw(key)
             if not any(isinstance(x, torch.Tensor) and x.is_floating_point() for x in inputs):
@@ -209,7 +237,7 @@ class PreparedTask:
         every aten operator it runs): the denominator of coverage on the CPU interpreter."""
         from drkernel.env.profiling import make_foreign_work
 
-        with self._lock:
+        with self._seed_lock(init_seed):
             cached = self._costs.get(init_seed)
             if cached is not None:
                 return cached
