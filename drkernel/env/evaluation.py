@@ -52,6 +52,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
+from drkernel.env import gpu_clock
 from drkernel.env import reference as reference_timing
 from drkernel.env.attribution import CallWindow, ForgedRecords, coverage_of, cut_windows, top_kernels
 from drkernel.env.compare import CONDITION_ULPS, Comparison, compare_outputs, reference_rms
@@ -265,6 +266,7 @@ class Evaluation:
         self._buffers = True
         self._windows: list[CallWindow] | None = None
         self._ref_cost = 0.0
+        self._clock_samples: list[dict[str, Any] | None] = []  # SM clock when the timing opened and ended
 
     # -- the flow ----------------------------------------------------------------------------------
     def run(self) -> EvalResult:
@@ -470,8 +472,10 @@ class Evaluation:
         def keep(call: int) -> tuple[int, int] | None:
             """Decided after the call returned: the candidate cannot know which calls are checked,
             nor, before its call is over, which elements of the output are read."""
-            if call == last and lease is not None:
-                lease.downgrade()
+            if call == last:
+                self._clock_samples.append(gpu_clock.sample(self.device) if self.cuda else None)
+                if lease is not None:
+                    lease.downgrade()
             if call < cfg.warmup or call > last or call in kept:
                 return None
             if every or (len(kept) < cfg.spot_checks and (rng.random() < cfg.spot_rate or (call == last and not kept))):
@@ -495,37 +499,18 @@ class Evaluation:
                 self._finding("timed_output_mismatch", "the kept timed outputs did not all come back")
                 self._fail(Stage.TIMING, "the outputs of the checked timed calls did not all come back")
                 raise _Stop
-            pristine = None
+            built = None
             if any(item.get("out") is not None for item in t.spot):
                 # one model under the evaluation's init seed for every checked call: built on the
                 # CPU outside the GPU gate, copied per call on the device (not built anew per call)
                 with self.clock.part("spot_reference"):
                     built = self.prepared.pristine(plan.init_seed)
-                    with self._shared():
-                        pristine = built.to(self.device)
-            for item in t.spot:
-                call = item["call"]
-                key, reload = plan.timed_key(call)
-                ok, msg = False, "timed call returned no readable tensor"
-                if item.get("out") is not None:
-                    try:
-                        with self._shared():
-                            with self.clock.part("spot_reference"):
-                                spot = self.prepared.reference(plan.init_seed, key, reload, self._buffers, cache=False,
-                                                               pristine=pristine)
-                            with self.clock.part("spot_read"):
-                                got = read_tensor(item["out"], self.proc.workdir, spot.out.device)
-                            with self.clock.part("spot_compare"):
-                                cmp = self._compare_spot(got, item.get("shape"), spot, self._kept[call])
-                        ok, msg = cmp.ok, cmp.message
-                    except (TensorIOError, OSError) as exc:
-                        msg = str(exc)
-                if not ok:
-                    self._finding("timed_output_mismatch", f"timed call {call}: {msg[:120]}")
-                    self._fail(Stage.TIMING, f"output of timed call {call} is wrong: {msg}")
-                    raise _Stop
-            if self.cuda:
-                torch.cuda.empty_cache()
+            with self._shared():  # every check in one section: one wait for the GPU, not one per check
+                pristine = built.to(self.device) if built is not None else None
+                for item in t.spot:
+                    self._spot_check(item, pristine)
+                if self.cuda:
+                    torch.cuda.empty_cache()
         if self.cuda:
             n = self._calls
             try:
@@ -557,6 +542,7 @@ class Evaluation:
             "samples": {"candidate": cand, "reference": ref.times_ms}, "checked_calls": sorted(self._kept),
             "persisting_l2_reset": t.persisting_l2_reset,
             "worker_phases_s": {k: float(t.phases_s[k]) for k in WORKER_PHASES if k in t.phases_s},
+            **({"sm_clock": self._clock_samples} if any(self._clock_samples) else {}),
             "method": "device records between fences" if self.cuda else "host clock (CPU interpreter)",
         }
         if not self.cuda:
@@ -564,6 +550,29 @@ class Evaluation:
         if r.speedup is not None and r.speedup > 10.0:
             r.details["excessive_speedup"] = True  # a review flag, not a verdict (pattern #25)
         self.completed.add(Stage.TIMING)
+
+    def _spot_check(self, item: dict[str, Any], pristine: torch.nn.Module | None) -> None:
+        """One kept timed output against the reference on the same inputs and parameters."""
+        plan = self.plan
+        call = item["call"]
+        key, reload = plan.timed_key(call)
+        ok, msg = False, "timed call returned no readable tensor"
+        if item.get("out") is not None:
+            try:
+                with self.clock.part("spot_reference"):
+                    spot = self.prepared.reference(plan.init_seed, key, reload, self._buffers, cache=False,
+                                                   pristine=pristine)
+                with self.clock.part("spot_read"):
+                    got = read_tensor(item["out"], self.proc.workdir, spot.out.device)
+                with self.clock.part("spot_compare"):
+                    cmp = self._compare_spot(got, item.get("shape"), spot, self._kept[call])
+                ok, msg = cmp.ok, cmp.message
+            except (TensorIOError, OSError) as exc:
+                msg = str(exc)
+        if not ok:
+            self._finding("timed_output_mismatch", f"timed call {call}: {msg[:120]}")
+            self._fail(Stage.TIMING, f"output of timed call {call} is wrong: {msg}")
+            raise _Stop
 
     def _attribute(self, events: Any) -> None:
         """Coverage, own launches, host transfers and side streams of every call (see
@@ -621,7 +630,15 @@ class Evaluation:
 
     # -- pieces ------------------------------------------------------------------------------------
     def _checked_call(self, req: RunRequest, ref: ReferenceOutput, label: str) -> tuple[bool, torch.Tensor | None, str | None]:
-        """One correctness call. Returns (ok, candidate output or None, error message or None)."""
+        """One correctness call. Returns (ok, candidate output or None, error message or None).
+
+        The call, the read of its output and the comparison hold the GPU's shared side once: each
+        entry waits behind every timing queued meanwhile (writer preference), so three entries
+        per call made an evaluation wait three times as often."""
+        with self._shared():
+            return self._checked_call_once(req, ref, label)
+
+    def _checked_call_once(self, req: RunRequest, ref: ReferenceOutput, label: str) -> tuple[bool, torch.Tensor | None, str | None]:
         req = RunRequest(**{**req.__dict__, "prefill_bytes": ref.nbytes})
         desc = f"{label} ({req.distribution} inputs, {req.grad_mode}, shapes {ref.shapes})"
         reply = self._request(req, self.config.call_timeout_s, "correctness", desc=desc)
@@ -755,6 +772,7 @@ class Evaluation:
         with self._gate("exclusive") as lease:
             if self.cuda:  # the grader's own GPU work still queued from shared sections ends first
                 torch.cuda.synchronize(self.device)
+                self._clock_samples.append(gpu_clock.sample(self.device))
             yield lease
 
     @contextlib.contextmanager

@@ -218,6 +218,7 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
                 time.sleep(0.2)
             times: dict[str, list[float]] = {j[0]: [] for j in jobs}
             stages: dict[str, float] = {}
+            clocks: dict[str, list] = {}
             phases: dict[str, float] = {}
             passed = 0
 
@@ -238,9 +239,10 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
                         phases[k] = phases.get(k, 0.0) + v / (len(jobs) * rounds)
                     if r.kernel_ms:
                         times[tid].append(r.kernel_ms)
+                        clocks.setdefault(tid, []).append(r.details.get("timing", {}).get("sm_clock"))
             secs = time.monotonic() - t0
             starts = list(g.pool.starts)
-            spares = g.pool.spares
+            pool_spares = g.pool.spares
         start_mean = {k: sum(st.get(k, 0.0) for st in starts) / len(starts) for k in starts[0]} if starts else {}
         spreads = {t: (max(v) / min(v) - 1) for t, v in times.items() if len(v) >= 2}
         worst = max(spreads.items(), key=lambda kv: kv[1]) if spreads else (None, None)
@@ -249,14 +251,14 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
                "spread_median": statistics.median(spreads.values()) if spreads else None,
                "spread_max": worst[1], "spread_worst_task": worst[0], "spread_by_task": spreads,
                "times_ms": times, "stage_mean_s": stages, "worker_phase_mean_s": phases,
-               "spares": spares, "worker_starts": len(starts), "worker_start_mean_s": start_mean}
+               "sm_clock": clocks, "spares": pool_spares, "worker_starts": len(starts), "worker_start_mean_s": start_mean}
         rows.append(row)
         print(f"capacity {cap}: {row['evals_per_min']:.1f} evaluations/min, {passed}/{row['evals']} passed, "
               f"spread median {100 * (row['spread_median'] or 0):.2f}% max {100 * (row['spread_max'] or 0):.2f}% "
               f"({row['spread_worst_task']})", flush=True)
         print("  mean s per evaluation: " + " ".join(f"{k}={v:.3f}" for k, v in sorted(stages.items(), key=lambda kv: -kv[1])))
         print("  worker's timing request: " + " ".join(f"{k}={v:.3f}" for k, v in phases.items()), flush=True)
-        print(f"  worker starts ({len(starts)}, {spares} spares): " + " ".join(f"{k}={v:.2f}" for k, v in start_mean.items()),
+        print(f"  worker starts ({len(starts)}, {pool_spares} spares): " + " ".join(f"{k}={v:.2f}" for k, v in start_mean.items()),
               flush=True)
     print(f"\n{'capacity':>8} {'evals/min':>10} {'spread median':>14} {'spread max':>11}  worst kernel")
     for r in rows:
