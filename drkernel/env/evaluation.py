@@ -472,10 +472,10 @@ class Evaluation:
         def keep(call: int) -> tuple[int, int] | None:
             """Decided after the call returned: the candidate cannot know which calls are checked,
             nor, before its call is over, which elements of the output are read."""
-            if call == last:
+            if call == last and len(self._clock_samples) < 2:  # once (a hostile worker may ask again)
                 self._clock_samples.append(gpu_clock.sample(self.device) if self.cuda else None)
-                if lease is not None:
-                    lease.downgrade()
+            if call == last and lease is not None:
+                lease.downgrade()
             if call < cfg.warmup or call > last or call in kept:
                 return None
             if every or (len(kept) < cfg.spot_checks and (rng.random() < cfg.spot_rate or (call == last and not kept))):

@@ -114,10 +114,14 @@ class SpotChannel:
         import torch
 
         from drkernel.env.protocol import spot_query
+        from drkernel.env.spot import ANSWER_BYTES, decode_keep, sample_index
 
+        # everything the answers and the sampling use, bound now: a module the candidate puts in
+        # sys.modules later, or a torch attribute it replaces, is not reached
+        self._answer_bytes, self._decode, self._sample_index = ANSWER_BYTES, decode_keep, sample_index
         self._torch = torch
         self._randint, self._generator = torch.randint, torch.Generator
-        self._select, self._reshape = torch.Tensor.index_select, torch.Tensor.reshape
+        self._select, self._reshape, self._to = torch.Tensor.index_select, torch.Tensor.reshape, torch.Tensor.to
         self._fd, self._read, self._write = fd, os.read, os.write
         cell: list[str] = [""]
         # The request's nonce is kept in a closure cell, not an attribute (same reach as the loop's)
@@ -126,15 +130,13 @@ class SpotChannel:
 
     def keep(self, call: int) -> tuple[int, int] | None:
         """None: not checked; else ``(seed, size)`` of the elements to send back (drkernel.env.spot)."""
-        from drkernel.env.spot import ANSWER_BYTES, decode_keep
-
         payload = self._query(call)
         msg = len(payload).to_bytes(4, "big", signed=True) + payload
         while msg:
             msg = msg[self._write(self._fd, msg):]
         head = self._exact(4)
         n = int.from_bytes(head, "big", signed=True)
-        if n not in (1, ANSWER_BYTES):
+        if n not in (1, self._answer_bytes):
             raise ConnectionError(f"malformed spot answer of {n} bytes")
         answer = self._exact(n)
         if n == 1:
@@ -142,19 +144,17 @@ class SpotChannel:
                 raise ConnectionError("malformed spot answer")
             return None
         try:
-            return decode_keep(answer)
+            return self._decode(answer)
         except ValueError as exc:
             raise ConnectionError(str(exc)) from None
 
     def sample(self, out: Any, plan: tuple[int, int]) -> Any:
         """What comes back of a kept output: the whole tensor, or its elements at the plan's flat
         indices (:func:`drkernel.env.spot.sample_index`), as a 1-D tensor."""
-        from drkernel.env.spot import sample_index
-
-        idx = sample_index(out.numel(), plan[0], plan[1], self._torch, self._randint, self._generator)
+        idx = self._sample_index(out.numel(), plan[0], plan[1], self._torch, self._randint, self._generator)
         if idx is None:
             return out
-        return self._select(self._reshape(out, (-1,)), 0, idx.to(out.device))
+        return self._select(self._reshape(out, (-1,)), 0, self._to(idx, out.device))
 
     def _exact(self, n: int) -> bytes:
         buf = b""

@@ -37,6 +37,7 @@ import contextlib
 import functools
 import inspect
 import random
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -168,14 +169,9 @@ class DecodeBatch:
         if not self.rows:
             return []
         b = len(self.rows)
-        if self.fast is not None:
+        logits = self._fast_step() if self.fast is not None else None
+        if logits is not None:
             with self._guarded():
-                if not self._fast_live:
-                    budget = max(r.max_new_tokens - len(r.token_ids) for r in self.rows)
-                    self.fast.load(_layers(self._cache), self._attn, budget)
-                    self._cache, self._attn, self._fast_live = None, None, True
-                logits = self.fast.step(self._next, self._pos)
-                self.forwards += 1
                 tok, host = sample_next(logits, self.rows, self.device)
             attn = None
         else:
@@ -201,6 +197,26 @@ class DecodeBatch:
         self._cache = self._attn = self._pos = self._next = None
         self._fast_live = False
         return rows
+
+    def _fast_step(self) -> torch.Tensor | None:
+        """The next logits from the static decoder; None when it fails (a capture this model does
+        not allow, say): the batch's cache comes back and steps use the HF forward from now on."""
+        try:
+            with self._guarded():
+                if not self._fast_live:
+                    budget = max(r.max_new_tokens - len(r.token_ids) for r in self.rows)
+                    self.fast.load(_layers(self._cache), self._attn, budget)
+                    self._cache, self._attn, self._fast_live = None, None, True
+                logits = self.fast.step(self._next, self._pos)
+        except Exception as exc:  # noqa: BLE001 - the HF forward still works
+            self._materialize()  # the step's own column is not part of the export: width unchanged
+            self.fast.release()
+            self.fast, self.fast_reason = None, f"the static decoder failed: {type(exc).__name__}: {exc}"[:300]
+            warnings.warn(f"DecodeBatch: {self.fast_reason}; decoding with the HF forward", RuntimeWarning,
+                          stacklevel=2)
+            return None
+        self.forwards += 1
+        return logits
 
     def _materialize(self) -> None:
         """The fast decoder's cache back into ``self._cache``/``self._attn`` (rows join or leave)."""

@@ -123,3 +123,32 @@ def test_other_models_fall_back_with_a_reason():
     sliding = transformers.Qwen2Config(vocab_size=50, hidden_size=16, intermediate_size=16, num_hidden_layers=1,
                                        num_attention_heads=2, use_sliding_window=True, sliding_window=8)
     assert "sliding" in unsupported(transformers.Qwen2ForCausalLM(sliding))
+
+
+@torch.no_grad()
+def test_a_failing_static_step_falls_back_to_the_hf_forward(monkeypatch):
+    """A step the static decoder cannot run (a capture the model does not allow, say): the batch
+    gets its cache back, says why, and decodes on with the HF forward; replies are unchanged."""
+    model = _model("qwen2")
+    rows = [Row(prompt_ids=[(5 * i + j) % 97 for j in range(n)], max_new_tokens=9, temperature=0.0)
+            for i, n in enumerate((6, 13))]
+    ref = DecodeBatch(model, "cpu", static=False)
+    ref.add([Row(prompt_ids=r.prompt_ids, max_new_tokens=9, temperature=0.0) for r in rows])
+    fast = DecodeBatch(model, "cpu", static=True)
+    fast.add(rows)
+    for _ in range(3):  # three good static steps first
+        ref.step()
+        fast.step()
+    monkeypatch.setattr(StaticDecoder, "step", lambda self, t, p: (_ for _ in ()).throw(RuntimeError("capture refused")))
+    with pytest.warns(RuntimeWarning, match="capture refused"):
+        done_ref, done_fast = ref.step(), fast.step()
+    assert fast.fast is None and "capture refused" in fast.fast_reason
+    while ref.rows:
+        done_ref += ref.step()
+    while fast.rows:
+        done_fast += fast.step()
+    by_prompt = {tuple(r.prompt_ids): r for r in done_ref}
+    for r in rows:
+        want = by_prompt[tuple(r.prompt_ids)]
+        assert r.token_ids == want.token_ids and r.logprobs == pytest.approx(want.logprobs, abs=1e-5)
+    assert len(done_fast) == len(rows)
