@@ -24,8 +24,9 @@ own kernels is costed by the :class:`~drkernel.env.profiling.ForeignWork` mode.
 Timed calls of the candidate: after each call returns, the worker asks the grader whether to keep
 its output (:class:`SpotChannel`); the grader decides then, with its own random numbers, so no plan
 of checked calls exists in the candidate's process. Kept outputs (whole, or a sample of a large
-one's elements drawn from a seed sent with the answer: :mod:`drkernel.env.spot`) are written back
-after the request's last call and its integrity check.
+one's elements drawn from a seed sent with the answer: :mod:`drkernel.env.spot`) are copied when
+the answer arrives, before the candidate runs again, and written back after the request's last
+call and its integrity check.
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ class SpotChannel:
         self._torch = torch
         self._randint, self._generator = torch.randint, torch.Generator
         self._select, self._reshape, self._to = torch.Tensor.index_select, torch.Tensor.reshape, torch.Tensor.to
+        self._clone, self._sync = torch.Tensor.clone, torch.cuda.synchronize
         self._fd, self._read, self._write = fd, os.read, os.write
         cell: list[str] = [""]
         # The request's nonce is kept in a closure cell, not an attribute (same reach as the loop's)
@@ -148,13 +150,19 @@ class SpotChannel:
         except ValueError as exc:
             raise ConnectionError(str(exc)) from None
 
-    def sample(self, out: Any, plan: tuple[int, int]) -> Any:
-        """What comes back of a kept output: the whole tensor, or its elements at the plan's flat
-        indices (:func:`drkernel.env.spot.sample_index`), as a 1-D tensor."""
+    def snapshot(self, out: Any, plan: tuple[int, int]) -> Any:
+        """What comes back of a kept output, copied the moment the answer arrives (before the
+        candidate runs again): the whole tensor, or its elements at the plan's flat indices
+        (:func:`drkernel.env.spot.sample_index`) as a 1-D tensor. An output returned unfinished
+        and completed later (by the next call, say) is judged as it was when its call returned."""
         idx = self._sample_index(out.numel(), plan[0], plan[1], self._torch, self._randint, self._generator)
         if idx is None:
-            return out
-        return self._select(self._reshape(out, (-1,)), 0, self._to(idx, out.device))
+            snap = self._clone(out)
+        else:
+            snap = self._select(self._reshape(out, (-1,)), 0, self._to(idx, out.device))
+        if out.is_cuda:
+            self._sync()  # the copy is done before the next call launches anything, on any stream
+        return snap
 
     def _exact(self, n: int) -> bytes:
         buf = b""
@@ -225,7 +233,7 @@ def run_calls(h: TimingHarness, req: TimeRequest) -> TimeReply:
     n = len(seeds)
     budget = h.budget if cuda else None
     budget_ms = h.timing_hold[1] if cuda else 0.0
-    kept: list[tuple[int, Any]] = []
+    kept: list[tuple[int, Any, list[int] | None]] = []  # (call, snapshot, the output's shape)
     host_ms, launch_ms, foreign = [], [], []
     calls_without_launch = 0
     perf = time.perf_counter
@@ -256,7 +264,10 @@ def run_calls(h: TimingHarness, req: TimeRequest) -> TimeReply:
         if i >= warmup and req.spot:
             plan = h.spot.keep(i)
             if plan is not None:
-                kept.append((i, out, plan))
+                if type(out) is torch.Tensor:
+                    kept.append((i, h.spot.snapshot(out, plan), list(out.shape)))
+                else:
+                    kept.append((i, None, None))
         del out
         phases["spot"] += perf() - t2
     total_s = perf() - t_begin
@@ -264,10 +275,10 @@ def run_calls(h: TimingHarness, req: TimeRequest) -> TimeReply:
     h.finish_request(full=True)  # integrity before anything the candidate could have patched runs
     t1 = perf()
     spot_out = []
-    for i, out, plan in kept:
-        if type(out) is torch.Tensor:
-            desc = h.tensor_io.write_tensor(h.spot.sample(out, plan), h.workdir, f"spot_{i}")
-            spot_out.append({"call": i, "out": desc, "shape": list(out.shape)})
+    for i, snap, shape in kept:
+        if snap is not None:
+            desc = h.tensor_io.write_tensor(snap, h.workdir, f"spot_{i}")
+            spot_out.append({"call": i, "out": desc, "shape": shape})
         else:
             spot_out.append({"call": i, "out": None})
     del kept

@@ -46,6 +46,47 @@ class ModelNew(nn.Module):
 '''
 
 
+# Red-team finding (2026-11-26): each timed output is returned half done and finished at the start
+# of the next call (state in a module-level list). Kept outputs used to be written back after the
+# last call, so they were judged finished; they are now copied when the grader's answer arrives.
+LATE_FINISH = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, start, n, BLOCK: tl.constexpr):
+    o = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = o < n
+    tl.store(out_ptr + o, tl.maximum(tl.load(x_ptr + o, mask=m), 0.0), mask=m)
+
+
+Q = []
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.i = 0
+
+    def forward(self, x):
+        self.i += 1
+        while Q:
+            px, pout, h, n = Q.pop()
+            relu_kernel[(triton.cdiv(n - h, 256),)](px, pout, h, n, BLOCK=256)
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        n = x.numel()
+        h = n if self.i <= 7 else n // 2
+        relu_kernel[(triton.cdiv(h, 256),)](x, out, 0, h, BLOCK=256)
+        if h < n:
+            Q.append((x, out, h, n))
+        return out
+'''
+
+
 def test_sample_size_reads_small_outputs_whole():
     assert sample_size(100, 0) == 0  # off
     assert sample_size(2 * 64, 64) == 0  # not more than twice the sample: whole
@@ -92,3 +133,13 @@ def test_an_honest_kernel_passes_with_sampled_checks():
     r = evaluate(TASKS / "relu.py", HONEST.read_text(), seed=4, config=_config(spot_sample=64))
     assert r.correct, r.error
     assert r.details["timing"]["checked_calls"]
+
+
+@pytest.mark.parametrize("sample", [64, 0])
+def test_an_output_finished_after_its_call_returned_is_judged_as_returned(sample):
+    from drkernel.env.evaluation import evaluate
+
+    config = _config(spot_sample=sample, timing_trials=20, spot_checks=4, spot_rate=0.3)
+    for seed in (1, 2):
+        r = evaluate(TASKS / "relu.py", LATE_FINISH, seed=seed, config=config)
+        assert not r.passed and "timed_output_mismatch" in r.hack_reasons, (seed, r.error)
