@@ -49,6 +49,11 @@ CONDITION_ULPS = 64.0
 """Multiple of the reference's own rounding sensitivity allowed per element (module docstring)."""
 
 
+def _rms(finite: torch.Tensor) -> float:
+    """Root-mean-square of a widened tensor's (finite) elements."""
+    return float(finite.abs().pow(2).mean().sqrt())
+
+
 def reference_rms(ref: torch.Tensor) -> float | None:
     """``rms(ref)`` over its finite elements, as :func:`compare_outputs` computes it (None for
     integer or empty outputs, or no finite element)."""
@@ -56,7 +61,7 @@ def reference_rms(ref: torch.Tensor) -> float | None:
         return None
     r = ref.detach().to(torch.complex128 if ref.is_complex() else torch.float64)
     rf = r[torch.isfinite(r)]
-    return float(rf.abs().pow(2).mean().sqrt()) if rf.numel() else None
+    return _rms(rf) if rf.numel() else None
 
 
 def compare_outputs(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
@@ -96,7 +101,7 @@ def compare_outputs(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: flo
     rf, of = r[ref_finite], o[ref_finite]
     if rf.numel() == 0:
         return Comparison(True, "", 0.0, 0.0, 0.0)
-    rms = float(rf.abs().pow(2).mean().sqrt()) if scale is None else float(scale)
+    rms = _rms(rf) if scale is None else float(scale)
     err = (of - rf).abs()
     bound = atol * rms + rtol * rf.abs()
     if allowance is not None:

@@ -472,8 +472,8 @@ class Evaluation:
         def keep(call: int) -> tuple[int, int] | None:
             """Decided after the call returned: the candidate cannot know which calls are checked,
             nor, before its call is over, which elements of the output are read."""
-            if call == last and len(self._clock_samples) < 2:  # once (a hostile worker may ask again)
-                self._clock_samples.append(gpu_clock.sample(self.device) if self.cuda else None)
+            if self.cuda and call == last and len(self._clock_samples) < 2:  # once (a worker may ask again)
+                self._clock_samples.append(gpu_clock.sample(self.device))
             if call == last and lease is not None:
                 lease.downgrade()
             if call < cfg.warmup or call > last or call in kept:
@@ -632,9 +632,10 @@ class Evaluation:
     def _checked_call(self, req: RunRequest, ref: ReferenceOutput, label: str) -> tuple[bool, torch.Tensor | None, str | None]:
         """One correctness call. Returns (ok, candidate output or None, error message or None).
 
-        The call, the read of its output and the comparison hold the GPU's shared side once: each
-        entry waits behind every timing queued meanwhile (writer preference), so three entries
-        per call made an evaluation wait three times as often."""
+        The call, the read of its output (a GPU read is GPU work: not during a timing) and the
+        comparison hold the GPU's shared side once: each entry waits behind every timing queued
+        meanwhile (writer preference), so three entries per call made an evaluation wait three
+        times as often."""
         with self._shared():
             return self._checked_call_once(req, ref, label)
 
@@ -667,12 +668,11 @@ class Evaluation:
                                       "layout (.contiguous() in your kernel's output, not a view)")
         try:
             with self.clock.part("transfers"):
-                with self._shared():  # a GPU read is GPU work: not during a timing
-                    out = read_tensor(r.out, self.proc.workdir, ref.out.device)
+                out = read_tensor(r.out, self.proc.workdir, ref.out.device)
                 (self.proc.workdir / r.out["file"]).unlink(missing_ok=True)
         except (TensorIOError, OSError, TypeError, KeyError) as exc:
             return self._trial_failed(f"{desc}: unreadable output ({exc})")
-        with self._shared(), self.clock.part("compare"):
+        with self.clock.part("compare"):
             cmp = self._compare(out, ref.out, ref.sensitivity)
         if not cmp.ok:
             self.result.details.setdefault("first_failure", {"trial": desc, **cmp.to_dict()})

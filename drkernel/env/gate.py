@@ -56,13 +56,12 @@ class DeviceGate:
     def shared(self, check: Callable[[], None] | None = None) -> Iterator[None]:
         me = threading.get_ident()
         with self._cond:
-            if self._writer == me:
-                reentrant = "writer"
+            as_writer = self._writer == me  # the exclusive holder: nothing to take or give back
+            if as_writer:
+                pass
             elif me in self._readers:
-                reentrant = "reader"
                 self._readers[me] += 1
             else:
-                reentrant = None
                 while self._writer is not None or self._waiting_writers:
                     self._cond.wait(0.2)
                     if check:
@@ -71,7 +70,7 @@ class DeviceGate:
         try:
             yield
         finally:
-            if reentrant != "writer":
+            if not as_writer:
                 self._release_reader(me)
 
     @contextlib.contextmanager

@@ -70,7 +70,8 @@ class PreparedTask:
     _bytes: int = 0
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     """Guards the caches (never held while a model runs)."""
-    _stripes: list[threading.RLock] = field(default_factory=lambda: [threading.RLock() for _ in range(16)], repr=False)
+    _stripes: list[threading.RLock] = field(
+        default_factory=lambda: [threading.RLock() for _ in range(PreparedTask.STRIPES)], repr=False)
     timings: dict[tuple, Any] = field(default_factory=dict, repr=False)
     _costs: dict[int, float] = field(default_factory=dict, repr=False)
     """Reference timings by protocol key (:mod:`drkernel.env.reference`)."""
@@ -92,10 +93,11 @@ class PreparedTask:
     def _seed_lock(self, init_seed: int) -> threading.RLock:
         return self._stripes[hash(int(init_seed)) % len(self._stripes)]
 
-    def pristine(self, init_seed: int) -> torch.nn.Module:
-        """A new reference model built under ``init_seed`` on the CPU, never run (the caller's own:
-        :meth:`reference` ``pristine=``; the caller moves it to the device)."""
-        return self.loaded.build_model(self.loaded.init_inputs(init_seed), init_seed, "cpu")
+    def pristine(self, init_seed: int, device: str = "cpu") -> torch.nn.Module:
+        """A new reference model built under ``init_seed`` on ``device``, never run (the caller's
+        own: an evaluation builds one on the CPU outside the GPU gate for :meth:`reference`'s
+        ``pristine=`` and moves it to the device)."""
+        return self.loaded.build_model(self.loaded.init_inputs(init_seed), init_seed, device)
 
     def model(self, init_seed: int, reload_seed: int | None = None, buffers: bool = True) -> torch.nn.Module:
         """The reference built under ``init_seed``, with fresh parameter (and, with ``buffers``,
@@ -108,7 +110,7 @@ class PreparedTask:
                     self._models.move_to_end(key)
                     return m
             try:
-                m = self.loaded.build_model(self.loaded.init_inputs(init_seed), init_seed, self.device)
+                m = self.pristine(init_seed, self.device)
                 if reload_seed is not None:
                     reload_parameters(m, reload_seed, buffers=buffers)
             except TaskError:
@@ -153,8 +155,7 @@ class PreparedTask:
             if cache:
                 model = self.model(init_seed, reload_seed, buffers)
             else:
-                model = (copy.deepcopy(pristine) if pristine is not None else
-                         self.loaded.build_model(self.loaded.init_inputs(init_seed), init_seed, self.device))
+                model = copy.deepcopy(pristine) if pristine is not None else self.pristine(init_seed, self.device)
                 if reload_seed is not None:
                     reload_parameters(model, reload_seed, buffers=buffers)
             inputs = self.draw(key)

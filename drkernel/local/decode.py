@@ -219,10 +219,13 @@ class DecodeBatch:
         return logits
 
     def _materialize(self) -> None:
-        """The fast decoder's cache back into ``self._cache``/``self._attn`` (rows join or leave)."""
+        """The fast decoder's cache back into ``self._cache``/``self._attn`` (rows join or leave).
+        The layers are views of its buffers; every caller copies them before the buffers are
+        loaded again (``_keep`` selects rows, ``_merge`` concatenates, the HF forward's cache
+        concatenates)."""
         if self._fast_live:
-            layers, attn = self.fast.export()
-            self._cache, self._attn = _new_cache([(k.clone(), v.clone()) for k, v in layers], grow=self.grow), attn
+            layers, self._attn = self.fast.export()
+            self._cache = _new_cache(layers, grow=self.grow)
             self._fast_live = False
 
     # ------------------------------------------------------------------ cache bookkeeping

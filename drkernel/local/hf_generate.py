@@ -353,6 +353,7 @@ class HFGenerate:
                         raise
                 self.forwards, self.steps, self.row_steps = (base[0] + batch.forwards, base[1] + batch.steps,
                                                              base[2] + batch.row_steps)
+                self.fast_reason = batch.fast_reason  # a static decoder that failed mid-session says so
                 self.max_rows = max(self.max_rows, batch.max_rows)
                 if not self.continuous:
                     held += finished
