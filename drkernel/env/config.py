@@ -88,6 +88,10 @@ class EvalConfig:
     # -- isolation --------------------------------------------------------------------------
     load_timeout_s: float = 120.0
     """Deadline for importing the candidate and building ModelNew (Triton compiles lazily, at launch)."""
+    precompile_timeout_s: float = 30.0
+    """On a GPU: how long a child of the candidate's process without GPU may compile its Triton
+    kernels ahead, outside the GPU gate (:mod:`drkernel.env.precompile`); what it does not reach
+    compiles in the first call. 0: off."""
     call_timeout_s: float = 120.0
     """Deadline for one correctness call (includes Triton JIT compilation on first launch)."""
     timing_timeout_s: float = 300.0
@@ -134,6 +138,8 @@ class EvalConfig:
         if not 0.0 < self.spot_rate <= 1.0 or self.spot_checks < 1:
             raise ValueError(f"spot_rate must be in (0, 1] and spot_checks >= 1, got {self.spot_rate}, "
                              f"{self.spot_checks}")
+        if self.precompile_timeout_s < 0:
+            raise ValueError(f"precompile_timeout_s must be >= 0, got {self.precompile_timeout_s}")
         if self.spot_sample < 0:
             raise ValueError(f"spot_sample must be >= 0, got {self.spot_sample}")
         if not 0.0 <= self.min_coverage <= 1.0:

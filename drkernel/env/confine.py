@@ -90,6 +90,9 @@ def read_roots(extra: list[str] | None = None) -> list[str]:
     return sorted({os.path.realpath(r) for r in roots if r and os.path.exists(r)})
 
 
+_HARMLESS_DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
+
+
 def _device_files() -> list[str]:
     """Character devices the process may keep using (GPU, /dev/null, random)."""
     out = []
@@ -108,8 +111,11 @@ def _device_files() -> list[str]:
     return out
 
 
-def confine(workdir: str, extra_read: list[str] | None = None) -> dict[str, Any]:
+def confine(workdir: str, extra_read: list[str] | None = None, devices: bool = True) -> dict[str, Any]:
     """Confine this process (see the module doc); returns what applied, for ``details["isolation"]``.
+    ``devices=False``: of the character devices only /dev/null, /dev/zero and the random devices stay
+    open to it (no GPU: :mod:`drkernel.env.precompile`). A confined process may confine itself again
+    (Landlock layers stack: each can only take rights away).
 
     Never raises: a kernel without Landlock gives ``{"landlock": 0, ...}``."""
     report: dict[str, Any] = {"landlock": 0, "writes": "unrestricted", "reads": "unrestricted", "network": "open",
@@ -149,7 +155,8 @@ def confine(workdir: str, extra_read: list[str] | None = None) -> dict[str, Any]
     try:
         for root in read_roots(extra_read):
             allow(root, READ)
-        for dev in _device_files():
+        # (a process confined already cannot list /dev: the harmless devices are named, not found)
+        for dev in _device_files() if devices else [d for d in _HARMLESS_DEVICES if os.path.exists(d)]:
             allow(dev, READ_FILE | WRITE_FILE | TRUNCATE | IOCTL_DEV)
         allow(os.path.realpath(workdir), fs)
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:

@@ -61,9 +61,10 @@ from drkernel.env.feedback import build_feedback
 from drkernel.env.gate import DeviceGate, Lease
 from drkernel.env.prepared import PreparedTask, ReferenceOutput, TrialKey
 from drkernel.env.profiling import UNBOUNDED
-from drkernel.env.protocol import EventsRequest, LoadRequest, Reply, RunRequest, TimeRequest
+from drkernel.env.protocol import EventsRequest, LoadRequest, PrecompileRequest, Reply, RunRequest, TimeRequest
 from drkernel.env.result import EnvironmentFailure, EvalError, EvalResult, Stage
 from drkernel.env.spot import sample_index, sample_size
+from drkernel.env.staging import reserve_bytes
 from drkernel.env.timing import WORKER_PHASES
 from drkernel.env.sandbox import CandidateFailure, CandidateProcess
 from drkernel.env.static_checks import check_source
@@ -114,6 +115,18 @@ class CancelToken:
 # -- process-wide resources -------------------------------------------------------------------------
 _GATES: dict[str, DeviceGate] = {}
 _GATES_GUARD = threading.Lock()
+
+
+SHORT_OF_MEMORY = 0.25
+"""The grader gives its cached GPU memory back (``empty_cache``) when less than this share of the
+device is free: emptying the cache frees memory with ``cudaFree``, which waits for the whole device,
+so it is not done after every evaluation."""
+
+
+def _release_if_short(device: str) -> None:
+    free, total = torch.cuda.mem_get_info(torch.device(device))
+    if free < SHORT_OF_MEMORY * total:
+        torch.cuda.empty_cache()
 
 
 def device_gate(device: str) -> DeviceGate | None:
@@ -267,11 +280,16 @@ class Evaluation:
         self._windows: list[CallWindow] | None = None
         self._ref_cost = 0.0
         self._clock_samples: list[dict[str, Any] | None] = []  # SM clock when the timing opened and ended
+        self._gate_holds: list[tuple[str, float]] = []  # (side, seconds held), outermost entries only
+        self._gate_depth = 0
 
     # -- the flow ----------------------------------------------------------------------------------
     def run(self) -> EvalResult:
         try:
-            with _fp32_exact():
+            # The grader's own GPU work (references, reads, comparisons) on a stream of this
+            # evaluation's: on the one default stream every read waited for every other thread's work.
+            with _fp32_exact(), (torch.cuda.stream(torch.cuda.Stream(self.device)) if self.cuda
+                                 else contextlib.nullcontext()):
                 self._flow()
         except _Stop:
             pass
@@ -298,6 +316,7 @@ class Evaluation:
         self._enter(Stage.COMPILE)
         self._acquire()
         self._load()
+        self._precompile()
         self._enter(Stage.CORRECTNESS)
         try:
             self._correctness()
@@ -351,7 +370,7 @@ class Evaluation:
         if not self.cuda:
             self._ref_cost = self.prepared.reference_cost(plan.init_seed, TrialKey(plan.trials[0][1], "native"))
         else:
-            torch.cuda.empty_cache()  # the inputs drawn here: give their memory back to the workers
+            _release_if_short(self.device)  # the inputs drawn here: their memory, when the workers need it
 
     def _acquire(self) -> None:
         t0 = time.monotonic()
@@ -364,18 +383,32 @@ class Evaluation:
         self.cancel.on_cancel(self.proc.kill)
         self._check_cancel()
 
+    def _stage_bytes(self) -> int:
+        """The output stage this evaluation reads (:func:`drkernel.env.staging.reserve_bytes`): one
+        correctness output, or the kept outputs of the timing request (whole or sampled)."""
+        out = self.refs[("trial", 0)].out
+        cfg = self.config
+        kept = cfg.timing_trials if cfg.timing_trials <= CHECK_ALL_TIMED else cfg.spot_checks
+        sampled = sample_size(out.numel(), cfg.spot_sample) or out.numel()
+        return reserve_bytes(out.numel() * out.element_size(), kept, sampled * out.element_size())
+
     def _load(self) -> None:
         cand = self.proc.workdir / "candidate.py"
         cand.write_text(self.source, encoding="utf-8")
         task = self.prepared.task
         params, buffers = self.prepared.shapes(self.plan.init_seed)
+        stage_bytes = 0
+        if getattr(self.proc, "stage", None) is not None:
+            with self.clock.part("stage_map"):
+                stage_bytes = self.proc.stage.reserve(self._stage_bytes(), cuda=self.cuda)
         reply = self._request(LoadRequest(
             role="candidate", task_source=task.source, task_name=task.name, candidate_file=str(cand),
             device="cuda" if self.cuda else "cpu", task_size=self.prepared.task_size,
             entry_point=task.entry_point, init_seed=self.plan.init_seed, kernel_suffix=self.plan.kernel_suffix,
-            parameter_shapes=params, buffer_shapes=buffers, launch_budget_ms=self.config.launch_budget_ms),
-            self.config.load_timeout_s, "load_compile")
+            parameter_shapes=params, buffer_shapes=buffers, launch_budget_ms=self.config.launch_budget_ms,
+            stage_bytes=stage_bytes), self.config.load_timeout_s, "load_compile")
         self.result.compiled = True
+        self._worker_parts("load", reply.body.phases_s)
         self.completed.add(Stage.COMPILE)
         self.result.details["isolation"] = reply.body.isolation
         self._buffers = bool(reply.body.buffers_reloaded)
@@ -383,6 +416,20 @@ class Evaluation:
             with self._shared():  # the candidate's buffers differ from the reference's: not reloaded
                 self.refs = {("trial", k): self.prepared.reference(self.plan.init_seed, TrialKey(s, d), r, False)
                              for k, (d, s, _, r) in enumerate(self.plan.trials)}
+
+    def _precompile(self) -> None:
+        """On a GPU: the candidate's kernels compiled ahead by a child of its process that cannot
+        reach the GPU, so outside the GPU gate (:mod:`drkernel.env.precompile`; the first call then
+        loads them instead of compiling in the gate's shared side). Its report is diagnostics."""
+        if not self.cuda or self.config.precompile_timeout_s <= 0:
+            return
+        limit = self.config.precompile_timeout_s
+        reply = self._request(PrecompileRequest(timeout_s=limit), limit + 30.0, "precompile", gated=False)
+        b = reply.body
+        self.result.details["precompile"] = {"ok": b.ok, "kernels": b.kernels, "launchers": b.launchers,
+                                             "seconds": b.seconds,
+                                             **({"reason": b.reason[:300]} if b.reason else {}),
+                                             **({"note": b.note[:300]} if b.note else {})}
 
     def _correctness(self) -> None:
         details: list[dict[str, Any]] = []
@@ -510,7 +557,7 @@ class Evaluation:
                 for item in t.spot:
                     self._spot_check(item, pristine)
                 if self.cuda:
-                    torch.cuda.empty_cache()
+                    _release_if_short(self.device)
         if self.cuda:
             n = self._calls
             try:
@@ -563,7 +610,7 @@ class Evaluation:
                     spot = self.prepared.reference(plan.init_seed, key, reload, self._buffers, cache=False,
                                                    pristine=pristine)
                 with self.clock.part("spot_read"):
-                    got = read_tensor(item["out"], self.proc.workdir, spot.out.device)
+                    got = read_tensor(item["out"], self.proc.workdir, spot.out.device, self._stage())
                 with self.clock.part("spot_compare"):
                     cmp = self._compare_spot(got, item.get("shape"), spot, self._kept[call])
                 ok, msg = cmp.ok, cmp.message
@@ -646,6 +693,9 @@ class Evaluation:
         self._calls += 1
         r = reply.body
         self._run_replies.append(r)
+        self._worker_parts("run", r.phases_s)
+        if len(self._run_replies) == 1:
+            self._worker_parts("first_run", r.phases_s)
         self.clock.add("transfers", r.write_s)  # measured in the worker, inside the correctness request
         self.clock.add("correctness", -r.write_s)
         if r.lazy:
@@ -668,8 +718,9 @@ class Evaluation:
                                       "layout (.contiguous() in your kernel's output, not a view)")
         try:
             with self.clock.part("transfers"):
-                out = read_tensor(r.out, self.proc.workdir, ref.out.device)
-                (self.proc.workdir / r.out["file"]).unlink(missing_ok=True)
+                out = read_tensor(r.out, self.proc.workdir, ref.out.device, self._stage())
+                if isinstance(r.out, dict) and isinstance(r.out.get("file"), str):
+                    (self.proc.workdir / r.out["file"]).unlink(missing_ok=True)
         except (TensorIOError, OSError, TypeError, KeyError) as exc:
             return self._trial_failed(f"{desc}: unreadable output ({exc})")
         with self.clock.part("compare"):
@@ -680,6 +731,15 @@ class Evaluation:
         if r.mutated:
             return self._trial_failed(f"{desc}: the candidate modified its input(s) {r.mutated}", out)
         return True, out, None
+
+    def _worker_parts(self, key: str, phases: dict[str, float]) -> None:
+        """The worker's own timers (diagnostics only: the candidate's process could forge them)."""
+        into = self.result.details.setdefault("worker_parts_s", {}).setdefault(key, {})
+        for name, sec in list(phases.items())[:16]:
+            into[name[:32]] = into.get(name[:32], 0.0) + float(sec)
+
+    def _stage(self) -> Any:
+        return getattr(self.proc, "stage", None)
 
     def _trial_failed(self, message: str, out: torch.Tensor | None = None) -> tuple[bool, torch.Tensor | None, str]:
         self._fail(Stage.CORRECTNESS, message)
@@ -739,9 +799,11 @@ class Evaluation:
             found.append({"id": hack_id, "detail": detail[:300]})
 
     def _request(self, req: Any, stage_timeout_s: float, part: str, desc: str | None = None,
-                 on_spot: Callable[[int], bool] | None = None) -> Reply:
+                 on_spot: Callable[[int], bool] | None = None, gated: bool = True) -> Reply:
+        """One request to the candidate's process, in the GPU gate's shared side unless ``gated`` is
+        False (only a request whose work cannot reach the GPU: the precompile)."""
         self._check_cancel()
-        with self._shared(), self.clock.part(part):
+        with (self._shared() if gated else contextlib.nullcontext()), self.clock.part(part):
             reply = self.proc.request(req, self._remaining(stage_timeout_s), on_spot=on_spot)
         for hack_id, detail in reply.findings:
             self._finding(hack_id, detail)
@@ -788,10 +850,16 @@ class Evaluation:
             return
         t0 = time.monotonic()
         with getattr(self.gate, side)(self._check_cancel) as held:
-            waited = time.monotonic() - t0
-            self._deadline += waited
-            self.clock.add("gpu_queue", waited)
-            yield held
+            t1 = time.monotonic()
+            self._deadline += t1 - t0
+            self.clock.add("gpu_queue", t1 - t0)
+            self._gate_depth += 1
+            try:
+                yield held
+            finally:
+                self._gate_depth -= 1
+                if not self._gate_depth:
+                    self._gate_holds.append((side, time.monotonic() - t1))
 
     def _worth_timing(self) -> bool:
         r = self.result
@@ -872,6 +940,11 @@ class Evaluation:
             r.speedup = r.coverage = r.kernel_ms = r.reference_ms = None
         r.details["stages"] = [s.value for s in self.entered]
         r.details["stage_seconds"] = self.clock.seconds
+        if self._gate_holds:
+            shared = [t for side, t in self._gate_holds if side == "shared"]
+            r.details["gpu_gate"] = {"shared_entries": len(shared), "shared_s": round(sum(shared), 4),
+                                     "shared_max_s": round(max(shared, default=0.0), 4),
+                                     "exclusive_s": round(sum(t for side, t in self._gate_holds if side != "shared"), 4)}
         r.details["eval_seconds"] = round(time.monotonic() - self._t0, 3)
         r.feedback = build_feedback(r)
         return r

@@ -11,6 +11,8 @@ Sequence for one worker (each request answered before the next is sent)::
     worker -> hello (Hello: ready, pid, device)          once torch/triton/CUDA are up (warm)
     load    (LoadRequest)   -> LoadReply                 role candidate: confined, audited, ModelNew built
                                                          role reference: the task's Model alone
+    precompile (PrecompileRequest) -> PrecompileReply   GPU only, outside the GPU gate: a forked child
+                                                         without GPU compiles the kernels ahead
     run     (RunRequest)    -> RunReply   (x trials)     inputs drawn in the worker from ``seed``
     time    (TimeRequest)   -> TimeReply                 warm-up + timed calls, device records
         worker -> {"op": "spot", "call": i}              after each timed call (candidate): keep it?
@@ -67,6 +69,8 @@ class LoadRequest:
     """The reference's parameter shapes, in order: ModelNew must hold the same."""
     buffer_shapes: list[list[int]] = field(default_factory=list)
     launch_budget_ms: float = 1.0
+    stage_bytes: int = 0
+    """Bytes of the output stage the grader reserved for this candidate's outputs (0: files only)."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,15 @@ class TimeRequest:
 
 
 @dataclass(frozen=True)
+class PrecompileRequest:
+    """Compile the candidate's Triton kernels ahead in a child that cannot reach the GPU
+    (:mod:`drkernel.env.precompile`), waiting at most ``timeout_s``."""
+
+    op: ClassVar[str] = "precompile"
+    timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
 class EventsRequest:
     op: ClassVar[str] = "events"
 
@@ -109,8 +122,9 @@ class ExitRequest:
     op: ClassVar[str] = "exit"
 
 
-REQUESTS: dict[str, type] = {c.op: c for c in (LoadRequest, RunRequest, TimeRequest, EventsRequest, ExitRequest)}
-Request = typing.Union[LoadRequest, RunRequest, TimeRequest, EventsRequest, ExitRequest]
+REQUESTS: dict[str, type] = {c.op: c for c in (LoadRequest, PrecompileRequest, RunRequest, TimeRequest, EventsRequest,
+                                                ExitRequest)}
+Request = typing.Union[LoadRequest, PrecompileRequest, RunRequest, TimeRequest, EventsRequest, ExitRequest]
 
 
 def encode_request(req: Any, nonce: str = "") -> bytes:
@@ -169,6 +183,8 @@ class LoadReply:
     """Whether the candidate's floating buffers mirror the reference's (then they are reloaded too)."""
     isolation: dict[str, Any] = field(default_factory=dict)
     """What confines the candidate's process (Landlock ABI, what is refused), for the record."""
+    phases_s: dict[str, float] = field(default_factory=dict)
+    """The worker's own timers of the load's parts (diagnostics; the candidate could forge them)."""
 
 
 @dataclass
@@ -189,6 +205,8 @@ class RunReply:
     out: dict[str, Any] | None = None
     draw_s: float = 0.0
     write_s: float = 0.0
+    phases_s: dict[str, float] = field(default_factory=dict)
+    """The worker's own timers of the call's parts (diagnostics; the candidate could forge them)."""
 
 
 @dataclass
@@ -211,12 +229,25 @@ class TimeReply:
 
 
 @dataclass
+class PrecompileReply:
+    """What the compiling child did (the worker's own account: diagnostics, never a verdict)."""
+
+    op: ClassVar[str] = "precompile"
+    ok: bool = False
+    kernels: int = 0
+    launchers: int = 0
+    seconds: float = 0.0
+    reason: str | None = None
+    note: str | None = None
+
+
+@dataclass
 class EventsReply:
     op: ClassVar[str] = "events"
     events: list[list[Any]] = field(default_factory=list)
 
 
-REPLIES: dict[str, type] = {c.op: c for c in (Hello, LoadReply, RunReply, TimeReply, EventsReply)}
+REPLIES: dict[str, type] = {c.op: c for c in (Hello, LoadReply, PrecompileReply, RunReply, TimeReply, EventsReply)}
 
 
 @dataclass
@@ -333,7 +364,8 @@ def _type_ok(value: Any, hint: Any) -> bool:
     return isinstance(value, hint) if isinstance(hint, type) else True
 
 
-__all__ = ["PROTOCOL_VERSION", "ProtocolError", "LoadRequest", "RunRequest", "TimeRequest", "EventsRequest",
-           "ExitRequest", "Hello", "Failure", "LoadReply", "RunReply", "TimeReply", "EventsReply", "Reply",
+__all__ = ["PROTOCOL_VERSION", "ProtocolError", "LoadRequest", "PrecompileRequest", "RunRequest", "TimeRequest",
+           "EventsRequest", "ExitRequest", "Hello", "Failure", "LoadReply", "PrecompileReply", "RunReply", "TimeReply",
+           "EventsReply", "Reply",
            "encode_request", "decode_request", "decode_envelope", "encode_reply", "parse_reply",
            "is_spot_query", "spot_query", "ForgedMessage"]

@@ -157,6 +157,9 @@ class CandidateProcess:
         self.started_at = time.monotonic()
         self.start_s: float | None = None
         self._closed = False
+        from drkernel.env.staging import Stage
+
+        self.stage = Stage.create()  # the shared output stage (drkernel.env.staging), reserved at load
         parent_sock, child_sock = socket.socketpair()
         try:
             self.proc = None
@@ -164,20 +167,22 @@ class CandidateProcess:
                 from drkernel.env.zygote import spawn_worker
 
                 try:
-                    self.proc = spawn_worker(env, child_sock.fileno(), str(self.workdir))
+                    self.proc = spawn_worker(env, child_sock.fileno(), str(self.workdir), self.stage.fd)
                 except RuntimeError as exc:  # no zygote here, or it failed to start: exec instead
                     _warn_fallback(exc)
                     self.start_method = "exec"
             if self.proc is None:
-                cmd = [sys.executable, "-m", "drkernel.env.worker", str(child_sock.fileno()), str(self.workdir)]
+                cmd = [sys.executable, "-m", "drkernel.env.worker", str(child_sock.fileno()), str(self.workdir),
+                       str(self.stage.fd)]
                 self.proc = subprocess.Popen(
                     cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                    pass_fds=[child_sock.fileno()], start_new_session=True, env=env,
+                    pass_fds=[child_sock.fileno(), self.stage.fd], start_new_session=True, env=env,
                     cwd=str(self.workdir), preexec_fn=child_limits,
                 )
         except OSError as exc:
             shutil.rmtree(self.workdir, ignore_errors=True)
             parent_sock.close()
+            self.stage.close()
             raise EnvironmentFailure(f"cannot start the candidate process: {exc}") from exc
         finally:
             child_sock.close()
@@ -263,7 +268,8 @@ class CandidateProcess:
                 others = [p for p in _group_pids(self.pgid, max_age_s=0.5) if p != self.proc.pid]
             polls += 1
             rss = _rss_bytes(self.proc.pid) + sum(_rss_bytes(p) for p in others)
-            if rss > self.memory_limit and self.failure is None:
+            # the stage's reserved pages are resident in the worker too (mapped, page-locked): not the candidate's
+            if rss > self.memory_limit + self.stage.reserved and self.failure is None:
                 self.failure = CandidateFailure("memory", f"memory limit exceeded: {rss >> 20} MiB resident "
                                                 f"(limit {self.memory_limit >> 20} MiB)")
                 self._kill_group()
@@ -419,6 +425,7 @@ class CandidateProcess:
         except OSError:
             pass
         self.conn.close()
+        self.stage.close()  # after the process is gone: nothing writes into it any more
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> "CandidateProcess":

@@ -1,10 +1,11 @@
 """Move tensors between the grader and the candidate's process without pickle.
 
 The parent never unpickles anything the candidate's process produced: a hostile candidate could
-otherwise run code in the grader. Candidate outputs travel as raw bytes in files in the worker's
-private directory and as a small JSON descriptor ``{"file", "dtype", "shape"}`` whose every field
-the reader validates against a whitelist. (Inputs never travel: both sides draw them from the
-seed, see :mod:`drkernel.env.protocol`.)
+otherwise run code in the grader. Candidate outputs travel as raw bytes, in the process's shared
+output stage (:mod:`drkernel.env.staging`, descriptor ``{"stage": offset, "dtype", "shape"}``) or,
+when they do not fit there, in files in the worker's private directory (``{"file", "dtype",
+"shape"}``); the reader validates every field of a descriptor against a whitelist. (Inputs never
+travel: both sides draw them from the seed, see :mod:`drkernel.env.protocol`.)
 """
 
 from __future__ import annotations
@@ -49,13 +50,18 @@ def dtype_name(dtype: torch.dtype) -> str:
         raise TensorIOError(f"unsupported dtype {dtype}") from None
 
 
-def write_tensor(tensor: torch.Tensor, directory: Path, name: str) -> dict[str, Any]:
+def write_tensor(tensor: torch.Tensor, directory: Path, name: str, stage: Any = None) -> dict[str, Any]:
     """Write ``tensor`` (any device) as raw bytes; return its JSON descriptor.
 
-    A GPU tensor goes through this thread's pinned buffer in :data:`CHUNK_BYTES` pieces; a CPU
-    tensor is copied straight into the file, sized first and mapped."""
+    Into ``stage`` (a :class:`~drkernel.env.staging.Stage`) when it has room; else to a file: a GPU
+    tensor goes through this thread's pinned buffer in :data:`CHUNK_BYTES` pieces, a CPU tensor is
+    copied straight into the file, sized first and mapped."""
     t = tensor.detach()
     name_of_dtype = dtype_name(t.dtype)
+    if stage is not None:
+        offset = stage.put(t)
+        if offset is not None:
+            return {"stage": offset, "dtype": name_of_dtype, "shape": list(t.shape)}
     path = Path(directory) / f"{name}.bin"
     nbytes = t.numel() * t.element_size()
     if nbytes and t.is_cuda:
@@ -80,24 +86,21 @@ def write_tensor(tensor: torch.Tensor, directory: Path, name: str) -> dict[str, 
     return {"file": path.name, "dtype": name_of_dtype, "shape": list(t.shape)}
 
 
-def read_tensor(desc: Any, directory: Path, device: torch.device | str | None = None) -> torch.Tensor:
+def read_tensor(desc: Any, directory: Path, device: torch.device | str | None = None,
+                stage: Any = None) -> torch.Tensor:
     """Read a tensor from a descriptor, validating every field (the descriptor may be hostile).
 
-    ``device`` a GPU: the file is read through this thread's pinned buffer straight into device
-    memory (if the device has no room, the tensor is returned on the CPU, mapped)."""
+    A stage descriptor is copied out of ``stage`` (to ``device``, or a CPU copy). ``device`` a GPU:
+    a file is read through this thread's pinned buffer straight into device memory (if the device
+    has no room, the tensor is returned on the CPU, mapped)."""
+    if isinstance(desc, dict) and set(desc) == {"stage", "dtype", "shape"}:
+        return _read_staged(desc, device, stage)
     if not isinstance(desc, dict) or set(desc) != {"file", "dtype", "shape"}:
         raise TensorIOError(f"malformed tensor descriptor: {str(desc)[:200]}")
     fname, dname, shape = desc["file"], desc["dtype"], desc["shape"]
     if not isinstance(fname, str) or os.sep in fname or fname.startswith(".") or not fname.endswith(".bin"):
         raise TensorIOError(f"bad tensor file name {fname!r}")
-    if dname not in DTYPES:
-        raise TensorIOError(f"unsupported dtype {dname!r}")
-    if not isinstance(shape, list) or len(shape) > MAX_NDIM or not all(
-            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
-        raise TensorIOError(f"bad shape {shape!r}")
-    dtype = DTYPES[dname]
-    numel = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    dtype, numel, nbytes = _layout(dname, shape)
     path = Path(directory) / fname
     size = path.stat().st_size if path.exists() else -1
     if size != nbytes:
@@ -113,6 +116,43 @@ def read_tensor(desc: Any, directory: Path, device: torch.device | str | None = 
     # copy). As with any read after the reply, the file is the candidate's until it is unlinked.
     raw = torch.from_numpy(np.memmap(path, mode="c", dtype=np.uint8, shape=(nbytes,)))
     return raw.view(dtype).reshape(shape)
+
+
+def _layout(dname: Any, shape: Any) -> tuple[torch.dtype, int, int]:
+    """(dtype, elements, bytes) of a descriptor's validated dtype and shape."""
+    if not isinstance(dname, str) or dname not in DTYPES:
+        raise TensorIOError(f"unsupported dtype {dname!r}")
+    if not isinstance(shape, list) or len(shape) > MAX_NDIM or not all(
+            isinstance(s, int) and not isinstance(s, bool) and 0 <= s < (1 << 48) for s in shape):
+        raise TensorIOError(f"bad shape {shape!r}")
+    dtype = DTYPES[dname]
+    numel = 1
+    for s in shape:
+        numel *= s
+    if numel >= 1 << 48:
+        raise TensorIOError(f"shape {shape!r} has too many elements")
+    return dtype, numel, numel * torch.empty((), dtype=dtype).element_size()
+
+
+def _read_staged(desc: dict[str, Any], device: torch.device | str | None, stage: Any) -> torch.Tensor:
+    from drkernel.env.staging import StageError
+
+    dtype, numel, nbytes = _layout(desc["dtype"], desc["shape"])
+    shape = desc["shape"]
+    if stage is None:
+        raise TensorIOError("a stage descriptor, but this process has no output stage")
+    if numel == 0:
+        raise TensorIOError("an empty tensor cannot come through the stage")
+    try:
+        src = stage.view(desc["stage"], nbytes)
+    except StageError as exc:
+        raise TensorIOError(str(exc)) from None
+    if device is not None and torch.device(device).type == "cuda":
+        try:
+            return src.to(device).view(dtype).reshape(shape)  # registered host -> device: DMA
+        except torch.OutOfMemoryError:
+            torch.cuda.empty_cache()  # the candidate may hold most of the GPU: compare on the CPU
+    return src.clone().view(dtype).reshape(shape)
 
 
 def _read_to_device(path: Path, nbytes: int, device: torch.device) -> torch.Tensor:

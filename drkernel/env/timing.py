@@ -190,7 +190,9 @@ class TimingHarness(Protocol):
     candidate_file: str | None
     """The candidate's resolved path (its frames are kept in tracebacks); None in a reference worker."""
     workdir: Path
-    """Where kept outputs are written."""
+    """Where kept outputs are written when they do not fit the stage."""
+    stage: Any
+    """The output stage (:class:`drkernel.env.staging.Stage`), or None."""
     spot: SpotChannel
     """Asks the grader, after a timed call, whether to keep its output."""
     budget: LaunchBudget | None
@@ -277,7 +279,7 @@ def run_calls(h: TimingHarness, req: TimeRequest) -> TimeReply:
     spot_out = []
     for i, snap, shape in kept:
         if snap is not None:
-            desc = h.tensor_io.write_tensor(snap, h.workdir, f"spot_{i}")
+            desc = h.tensor_io.write_tensor(snap, h.workdir, f"spot_{i}", h.stage)
             spot_out.append({"call": i, "out": desc, "shape": shape})
         else:
             spot_out.append({"call": i, "out": None})

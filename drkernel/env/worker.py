@@ -1,9 +1,11 @@
-"""A grading worker process: ``python -m drkernel.env.worker FD WORKDIR`` (or forked by the zygote).
+"""A grading worker process: ``python -m drkernel.env.worker FD WORKDIR [STAGE_FD]`` (or forked by the zygote).
 
 Started ahead of time (a *warm* spare): it imports torch and triton, creates the CUDA context when
 it serves a GPU, compiles the launch-budget hold and the measurement fences, warms up the profiler,
 and says hello. It then serves exactly one model and exits. It speaks :mod:`drkernel.env.protocol`
-on socket ``FD``; outputs go back as raw files in ``WORKDIR`` (:mod:`drkernel.env.tensor_io`).
+on socket ``FD``; outputs go back as raw bytes in the output stage ``STAGE_FD`` (shared memory the
+grader maps, :mod:`drkernel.env.staging`) or, when they do not fit, in files in ``WORKDIR``
+(:mod:`drkernel.env.tensor_io`).
 
 A worker has one of two roles, fixed by its load request:
 
@@ -39,6 +41,18 @@ from typing import Any
 from drkernel.env.faults import CandidateError, trim_traceback
 
 _perf = time.perf_counter
+
+
+def _laps(into: dict[str, float]) -> Any:
+    """``lap(name)``: the seconds since the previous lap (or this call) go to ``into[name]``."""
+    last = [_perf()]
+
+    def lap(name: str) -> None:
+        now = _perf()
+        into[name] = round(into.get(name, 0.0) + now - last[0], 6)
+        last[0] = now
+
+    return lap
 #: Bytes of earlier calls' inputs a worker keeps alive (:meth:`Harness._keep_alive`).
 KEEP_BYTES = {"cuda": 1 << 30, "cpu": 512 << 20}
 
@@ -47,7 +61,7 @@ class Harness:
     """One worker's state. Lives only in :func:`main`'s frame: nothing module-level refers to it,
     and frames are out of the candidate's reach (:mod:`drkernel.env.audit`)."""
 
-    def __init__(self, workdir: str, device: str, fd: int):
+    def __init__(self, workdir: str, device: str, fd: int, stage_fd: int | None = None):
         import torch
 
         from drkernel.env import tensor_io
@@ -67,6 +81,11 @@ class Harness:
         self.recorder.install()
         self.auditor = Auditor()
         self.spot = SpotChannel(fd)
+        self.stage = None  # drkernel.env.staging.Stage: the shared output stage, mapped at load
+        if stage_fd is not None:
+            from drkernel.env.staging import Stage
+
+            self.stage = Stage.attach(stage_fd)
         self.role = "candidate"
         self.model = None
         self.loaded = None  # LoadedTask: the task's module, inputs drawn from seeds
@@ -166,16 +185,24 @@ class Harness:
             self._start_measuring(req)
             return LoadReply(load_s=_perf() - t0)
         args, kwargs = split_init_inputs(init)
+        phases: dict[str, float] = {}
+        lap = _laps(phases)
         self.candidate_file = str(Path(req.candidate_file).resolve())
         self.recorder.own_file = self.candidate_file
+        if self.stage is not None and req.stage_bytes:  # mapped and page-locked before any candidate code
+            self.stage.reserve(req.stage_bytes, cuda=self.device == "cuda")
+        lap("task_stage")
         self._start_measuring(req)  # the profiler starts before the process is confined
+        lap("profiler")
         self._confine(req)
+        lap("confine")
         self.auditor.enforcing = True
         try:
             module = import_file(self.candidate_file)
         except BaseException as exc:  # noqa: BLE001 - any failure of the candidate is a result
             raise CandidateError("compile", "importing the candidate failed: "
                                  + trim_traceback(exc, self.candidate_file)) from None
+        lap("import")
         cls = getattr(module, f"{self.entry_point}New", None)
         if cls is None or not isinstance(cls, type):
             raise CandidateError("compile", f"the candidate defines no class {self.entry_point}New")
@@ -188,6 +215,7 @@ class Harness:
         except BaseException as exc:  # noqa: BLE001
             raise CandidateError("compile", f"{self.entry_point}New(*get_init_inputs()) failed: "
                                  + trim_traceback(exc, self.candidate_file)) from None
+        lap("build")
         mine = parameter_shapes(self.model)
         want = (req.parameter_shapes, req.buffer_shapes)
         if mine[0] != want[0]:
@@ -199,8 +227,18 @@ class Harness:
         self.params_reloadable_buffers = mine[1] == want[1]
         self._keep_initial()
         self.finish_request(full=True)
+        lap("fingerprint")
         return LoadReply(load_s=_perf() - t0, buffers_reloaded=self.params_reloadable_buffers,
-                         isolation=self.isolation)
+                         isolation=self.isolation, phases_s=phases)
+
+    def op_precompile(self, req: Any) -> Any:
+        """Compile the candidate's kernels ahead in a child without GPU (drkernel.env.precompile)."""
+        from drkernel.env.precompile import precompile
+        from drkernel.env.protocol import PrecompileReply
+
+        if self.role != "candidate" or self.model is None or self.device != "cuda":
+            return PrecompileReply(ok=False, reason="nothing to compile ahead here")
+        return PrecompileReply(**precompile(self, float(req.timeout_s)))
 
     def op_run(self, req: Any) -> Any:
         """One checked call on inputs ``draw_inputs(seed, distribution)``."""
@@ -208,20 +246,25 @@ class Harness:
         from drkernel.env.protocol import RunReply
 
         torch = self.torch
+        phases: dict[str, float] = {}
+        lap = _laps(phases)
         self.reload(req.reload_seed)
+        lap("reload")
         t0 = _perf()
         inputs = self.pool_inputs(req.seed, req.distribution)
         draw_s = _perf() - t0
         tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
         pristine = [t.clone() for t in tensors]
         self._prefill(int(req.prefill_bytes), req.prefill)
+        lap("inputs")
         try:
             out, call = self.call(inputs, req.grad_mode, timed=False)
         except BaseException as exc:  # noqa: BLE001
             raise CandidateError("correctness", "ModelNew.forward raised: "
                                  + trim_traceback(exc, self.candidate_file)) from None
+        lap("call")
         reply = RunReply(launches=call["launches"], call_s=call["host_ms"] / 1e3, foreign=call["foreign"],
-                         draw_s=draw_s)
+                         draw_s=draw_s, phases_s=phases)
         if not isinstance(out, torch.Tensor):
             reply.not_tensor = f"forward returned {type(out).__name__}, expected a single torch.Tensor"
             return reply
@@ -233,9 +276,11 @@ class Harness:
         reply.dense = is_dense(out)
         reply.strides = [int(s) for s in out.stride()]
         reply.mutated = [i for i, (a, b) in enumerate(zip(tensors, pristine)) if not _same_bits(a, b)]
+        lap("checks")
         t0 = _perf()
-        reply.out = self.tensor_io.write_tensor(out, self.workdir, req.out_name)
+        reply.out = self.tensor_io.write_tensor(out, self.workdir, req.out_name, self.stage)
         reply.write_s = _perf() - t0
+        lap("write")
         return reply
 
     def op_time(self, req: Any) -> Any:
@@ -519,18 +564,20 @@ def _same_bits(a: Any, b: Any) -> bool:
 
 
 #: Stage a failure of each request is reported at.
-OP_STAGES = {"load": "compile", "run": "correctness", "time": "timing", "events": "profiling"}
+OP_STAGES = {"load": "compile", "precompile": "compile", "run": "correctness", "time": "timing",
+             "events": "profiling"}
 
 
 def main(argv: list[str]) -> int:
     t_start = _perf()
     fd, workdir = int(argv[0]), argv[1]
+    stage_fd = int(argv[2]) if len(argv) > 2 else None
     conn = Connection(fd)
     from drkernel.env import protocol as P
 
     device = os.environ.get("DRKERNEL_WORKER_DEVICE", "cpu")
     try:
-        harness = Harness(workdir, device, fd)
+        harness = Harness(workdir, device, fd, stage_fd)
         if device.startswith("cuda"):
             harness.warm_cuda()
         else:
@@ -561,6 +608,8 @@ def main(argv: list[str]) -> int:
             return 0
         stage = OP_STAGES[req.op]
         harness.spot.arm(nonce)
+        if harness.stage is not None:
+            harness.stage.rewind()  # the grader copied the last request's outputs before sending this one
         try:
             reply = getattr(harness, f"op_{req.op}")(req)
         except CandidateError as exc:

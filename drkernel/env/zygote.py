@@ -19,8 +19,9 @@ so the fork is safe). The zygote never runs candidate code: it only forks.
 Protocol on the control socket (grader <-> zygote, one zygote per device environment):
 
 * zygote -> grader, once: ``{"ready": pid}`` or ``{"error": "..."}``;
-* grader -> zygote: ``{"workdir": path, "env": {...}}`` with two file descriptors attached (the
-  child's protocol socket, the write end of its output pipe); zygote -> grader: ``{"pid": pid}``;
+* grader -> zygote: ``{"workdir": path, "env": {...}}`` with two or three file descriptors
+  attached (the child's protocol socket, the write end of its output pipe, and its output stage,
+  :mod:`drkernel.env.staging`); zygote -> grader: ``{"pid": pid}``;
 * zygote -> grader, whenever a child ends: ``{"exit": pid, "status": code}`` (``code`` as
   :attr:`subprocess.Popen.returncode`: negative = killed by that signal).
 
@@ -59,7 +60,8 @@ def _send(sock: socket.socket, obj: dict[str, Any]) -> None:
     sock.sendall(json.dumps(obj).encode() + b"\n")
 
 
-def _child(proto_fd: int, out_fd: int, workdir: str, env: dict[str, str] | None, ctl: socket.socket) -> None:
+def _child(proto_fd: int, out_fd: int, workdir: str, env: dict[str, str] | None, ctl: socket.socket,
+           stage_fd: int | None = None) -> None:
     """In the forked child: become a worker. Never returns (``os._exit``)."""
     code = 70
     try:
@@ -79,7 +81,7 @@ def _child(proto_fd: int, out_fd: int, workdir: str, env: dict[str, str] | None,
         os.chdir(workdir)
         from drkernel.env import worker
 
-        code = worker.main([str(proto_fd), workdir])
+        code = worker.main([str(proto_fd), workdir] + ([str(stage_fd)] if stage_fd is not None else []))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001 - reported on the output pipe; the zygote must not continue here
@@ -139,23 +141,23 @@ def serve(fd: int) -> int:
         readable, _, _ = select.select([ctl], [], [], 0.05)
         if readable:
             try:
-                msg, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 2)
+                msg, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 3)
             except OSError:
                 return 0
             if not msg:
                 return 0  # the grader is gone; running children notice through their own sockets
             req = json.loads(msg)
-            if len(fds) != 2:
+            if len(fds) not in (2, 3):
                 for f in fds:
                     os.close(f)
-                _send(ctl, {"pid": None, "error": f"expected 2 file descriptors, got {len(fds)}"})
+                _send(ctl, {"pid": None, "error": f"expected 2 or 3 file descriptors, got {len(fds)}"})
                 continue
-            proto_fd, out_fd = fds
+            proto_fd, out_fd, stage_fd = fds[0], fds[1], (fds[2] if len(fds) == 3 else None)
             pid = os.fork()
             if pid == 0:
-                _child(proto_fd, out_fd, req["workdir"], req.get("env"), ctl)
-            os.close(proto_fd)
-            os.close(out_fd)
+                _child(proto_fd, out_fd, req["workdir"], req.get("env"), ctl, stage_fd)
+            for f in fds:
+                os.close(f)
             _send(ctl, {"pid": pid})
         while True:  # reap every child that has ended
             try:
@@ -296,10 +298,10 @@ class Zygote:
             return self._replies.pop(0)
 
     def spawn(self, proto_fd: int, workdir: str, env: dict[str, str] | None = None,
-              timeout_s: float = 30.0) -> ZygoteChild:
+              timeout_s: float = 30.0, stage_fd: int | None = None) -> ZygoteChild:
         """Fork a worker that speaks on ``proto_fd`` (its end of the protocol socket) in ``workdir``,
-        with ``env`` as its environment (default: the zygote's). The caller closes its copy of
-        ``proto_fd``. Raises RuntimeError when the zygote is gone."""
+        with ``env`` as its environment (default: the zygote's) and ``stage_fd`` as its output stage.
+        The caller closes its copy of ``proto_fd``. Raises RuntimeError when the zygote is gone."""
         read_end, write_end = os.pipe()
         try:
             with self._lock:
@@ -307,7 +309,7 @@ class Zygote:
                     raise RuntimeError("zygote is not running")
                 try:
                     socket.send_fds(self._sock, [json.dumps({"workdir": workdir, "env": env}).encode()],
-                                    [proto_fd, write_end])
+                                    [proto_fd, write_end] + ([stage_fd] if stage_fd is not None else []))
                 except OSError as exc:
                     raise RuntimeError(f"zygote unreachable: {exc}") from exc
                 reply = self._reply(timeout_s, "spawn")
@@ -358,7 +360,7 @@ def _start_fingerprint(env: dict[str, str]) -> tuple:
                         if k.startswith(START_TIME_VARS) and not k.startswith(_NOT_AT_START)))
 
 
-def spawn_worker(env: dict[str, str], proto_fd: int, workdir: str) -> ZygoteChild:
+def spawn_worker(env: dict[str, str], proto_fd: int, workdir: str, stage_fd: int | None = None) -> ZygoteChild:
     """Fork a worker with environment ``env`` from this process's zygote for that device (one per
     device: started on first use; restarted when it died or when a start-time variable changed,
     the old one stopped). Raises RuntimeError when no zygote can serve."""
@@ -373,7 +375,7 @@ def spawn_worker(env: dict[str, str], proto_fd: int, workdir: str) -> ZygoteChil
                 _zygotes[device] = entry = (fingerprint, Zygote(env))
             zygote = entry[1]
         try:
-            return zygote.spawn(proto_fd, workdir, env)
+            return zygote.spawn(proto_fd, workdir, env, stage_fd=stage_fd)
         except RuntimeError:
             if attempt or zygote.alive:  # replaced by another thread meanwhile: once more, with the new one
                 raise

@@ -220,6 +220,9 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
             stages: dict[str, float] = {}
             clocks: dict[str, list] = {}
             phases: dict[str, float] = {}
+            parts: dict[str, dict[str, float]] = {}  # worker's load / run / first-run parts
+            gate: dict[str, float] = {}
+            precompiled: list[dict] = []
             passed = 0
 
             def one(k: int):
@@ -237,6 +240,14 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
                         stages[k] = stages.get(k, 0.0) + v / (len(jobs) * rounds)
                     for k, v in r.details.get("timing", {}).get("worker_phases_s", {}).items():
                         phases[k] = phases.get(k, 0.0) + v / (len(jobs) * rounds)
+                    for req, d in r.details.get("worker_parts_s", {}).items():
+                        for k, v in d.items():
+                            parts.setdefault(req, {})[k] = parts.get(req, {}).get(k, 0.0) + v / (len(jobs) * rounds)
+                    for k, v in r.details.get("gpu_gate", {}).items():
+                        gate[k] = gate.get(k, 0.0) + v / (len(jobs) * rounds)
+                    pre = r.details.get("precompile")
+                    if pre:
+                        precompiled.append(pre)
                     if r.kernel_ms:
                         times[tid].append(r.kernel_ms)
                         clocks.setdefault(tid, []).append(r.details.get("timing", {}).get("sm_clock"))
@@ -251,6 +262,10 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
                "spread_median": statistics.median(spreads.values()) if spreads else None,
                "spread_max": worst[1], "spread_worst_task": worst[0], "spread_by_task": spreads,
                "times_ms": times, "stage_mean_s": stages, "worker_phase_mean_s": phases,
+               "worker_parts_mean_s": parts, "gpu_gate_mean": gate,
+               "precompile": {"evaluations": len(precompiled), "ok": sum(bool(p.get("ok")) for p in precompiled),
+                              "mean_s": statistics.mean(p.get("seconds", 0.0) for p in precompiled) if precompiled else None,
+                              "reasons": sorted({str(p.get("reason")) for p in precompiled if p.get("reason")})[:5]},
                "sm_clock": clocks, "spares": pool_spares, "worker_starts": len(starts), "worker_start_mean_s": start_mean}
         rows.append(row)
         print(f"capacity {cap}: {row['evals_per_min']:.1f} evaluations/min, {passed}/{row['evals']} passed, "
@@ -258,6 +273,10 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
               f"({row['spread_worst_task']})", flush=True)
         print("  mean s per evaluation: " + " ".join(f"{k}={v:.3f}" for k, v in sorted(stages.items(), key=lambda kv: -kv[1])))
         print("  worker's timing request: " + " ".join(f"{k}={v:.3f}" for k, v in phases.items()), flush=True)
+        for req, d in parts.items():
+            print(f"  worker's {req} requests: " + " ".join(f"{k}={v:.3f}" for k, v in d.items()), flush=True)
+        print("  GPU gate per evaluation: " + " ".join(f"{k}={v:.3f}" for k, v in gate.items()), flush=True)
+        print(f"  compiled ahead: {row['precompile']}", flush=True)
         print(f"  worker starts ({len(starts)}, {pool_spares} spares): " + " ".join(f"{k}={v:.2f}" for k, v in start_mean.items()),
               flush=True)
     print(f"\n{'capacity':>8} {'evals/min':>10} {'spread median':>14} {'spread max':>11}  worst kernel")

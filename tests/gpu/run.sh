@@ -50,7 +50,9 @@ for stage in $STAGES; do
                 --out "$OUT/spread.json" 2>&1 | tee "$OUT/spread.log" || status=1 ;;
     grader)   $PY tests/benchmarks/bench_grader.py --device cuda --warm-rounds 3 --repeat 10 --spread-task 18_matmul_square \
                 --json "$OUT/bench_grader.json" 2>&1 | tee "$OUT/bench_grader.log" || status=1 ;;
-    loadspread) $PY tests/benchmarks/bench_grader.py --device cuda --capacities "${CAPACITIES:-1,4,8}" \
+    loadspread) $PY tests/benchmarks/diagnostics/output_transfer.py --mb 256 --concurrency 1,8 --out "$OUT/output_transfer.json" 2>&1 \
+                | tee "$OUT/output_transfer.log" || status=1
+              $PY tests/benchmarks/bench_grader.py --device cuda --capacities "${CAPACITIES:-1,4,8}" \
                 --tasks "${LOADSPREAD_TASKS:-01_relu,07_broadcast_mul,13_softmax,15_layer_norm,18_matmul_square,22_cumsum,25_transpose_2d,27_embedding}" \
                 --sweep-rounds "${SWEEP_ROUNDS:-3}" ${SPARES:+--spares "$SPARES"} --skip-warmup --json "$OUT/bench_grader_sweep.json" 2>&1 \
                 | tee "$OUT/bench_grader_sweep.log" | grep -v "^  \[" || status=1 ;;

@@ -191,3 +191,46 @@ def test_a_file_cut_short_after_the_check_is_an_io_error(tmp_path, monkeypatch):
     monkeypatch.setattr("builtins.open", shrinking_open)
     with pytest.raises(tensor_io.TensorIOError, match="ended after"):
         tensor_io.read_tensor(desc, tmp_path, "cuda")
+
+
+def test_gpu_outputs_cross_the_registered_stage(tmp_path):
+    """Both sides page-lock the reserved part of the stage (device <-> host copies are DMA) and a
+    GPU output arrives bit-exact in the grader's device memory, without a file."""
+    import os
+
+    from drkernel.env import tensor_io
+    from drkernel.env.staging import Stage
+
+    grader = Stage.create()
+    worker = Stage.attach(os.dup(grader.fd))
+    try:
+        n = 96 << 20
+        assert grader.reserve(n, cuda=True) == n and worker.reserve(n, cuda=True) == n
+        assert grader.registered == n and worker.registered == n  # cudaHostRegister succeeded on both sides
+        g = torch.Generator(device="cuda").manual_seed(0)
+        x = torch.randn(4096, 4096, device="cuda", generator=g)  # 64 MB
+        b = torch.randn(1001, device="cuda", generator=g).to(torch.bfloat16)
+        worker.rewind()
+        dx = tensor_io.write_tensor(x.t(), tmp_path, "x", worker)
+        db = tensor_io.write_tensor(b, tmp_path, "b", worker)
+        assert "stage" in dx and "stage" in db and not list(tmp_path.glob("*.bin"))
+        y = tensor_io.read_tensor(dx, tmp_path, "cuda", stage=grader)
+        assert y.is_cuda and torch.equal(y, x.t())
+        assert torch.equal(tensor_io.read_tensor(db, tmp_path, "cuda", stage=grader), b)
+    finally:
+        worker.close()
+        grader.close()
+
+
+def test_kernels_compile_ahead_without_a_gpu_and_the_first_call_loads_them():
+    """The precompile child (no GPU) fills the worker's Triton cache; the first correctness call then
+    compiles nothing, and the candidate's verdict is the same as without it."""
+    on = run("relu_big.py", "relu_honest.py")
+    assert on.passed, on.feedback
+    pre = on.details["precompile"]
+    assert pre["ok"] and pre["kernels"] >= 1, pre
+    first = on.details["worker_parts_s"]["first_run"]["call"]
+    off = run("relu_big.py", "relu_honest.py", precompile_timeout_s=0)
+    assert off.passed and "precompile" not in off.details
+    # the first call of the compiled-ahead worker loads a cached kernel instead of compiling one
+    assert first < off.details["worker_parts_s"]["first_run"]["call"], (first, off.details["worker_parts_s"])
