@@ -426,7 +426,7 @@ class Evaluation:
         limit = self.config.precompile_timeout_s
         reply = self._request(PrecompileRequest(timeout_s=limit), limit + 30.0, "precompile", gated=False)
         b = reply.body
-        self.result.details["precompile"] = {"ok": b.ok, "kernels": b.kernels, "launchers": b.launchers,
+        self.result.details["precompile"] = {"complete": b.complete, "kernels": b.kernels, "launchers": b.launchers,
                                              "seconds": b.seconds,
                                              **({"reason": b.reason[:300]} if b.reason else {}),
                                              **({"note": b.note[:300]} if b.note else {})}

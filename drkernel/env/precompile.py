@@ -92,7 +92,7 @@ def precompile(h: Any, timeout_s: float, target: Any = None, launcher_cls: Any =
     """In the worker (parent side): fork the compiling child, wait at most ``timeout_s`` for it.
     ``h`` gives ``workdir``, ``model`` and ``loaded.module`` (the task's); ``target`` and
     ``launcher_cls``: Triton's GPU target and launcher builder (default: the current device's).
-    Returns ``{"ok", "kernels", "launchers", "seconds", "reason"}``."""
+    Returns ``{"complete", "kernels", "launchers", "seconds", "reason", "note"}``."""
     t0 = time.perf_counter()
     if target is None:
         try:
@@ -100,7 +100,7 @@ def precompile(h: Any, timeout_s: float, target: Any = None, launcher_cls: Any =
 
             target, launcher_cls = driver.active.get_current_target(), driver.active.launcher_cls
         except Exception as exc:  # noqa: BLE001
-            return {"ok": False, "kernels": 0, "launchers": 0, "seconds": 0.0,
+            return {"complete": False, "kernels": 0, "launchers": 0, "seconds": 0.0,
                     "reason": f"no Triton target: {type(exc).__name__}"}
     r, w = os.pipe()
     enabled = gc.isenabled()
@@ -153,7 +153,7 @@ def _read_report(r: int, pid: int, deadline: float) -> dict[str, Any]:
     elif reason is None and isinstance(err, str):
         reason = err[:300]
     note = data.get("note")
-    return {"ok": reason is None, **counts, "reason": reason, "note": note[:300] if isinstance(note, str) else None}
+    return {"complete": reason is None, **counts, "reason": reason, "note": note[:300] if isinstance(note, str) else None}
 
 
 def _child(h: Any, target: Any, launcher_cls: Any, w: int) -> None:

@@ -233,7 +233,8 @@ class PrecompileReply:
     """What the compiling child did (the worker's own account: diagnostics, never a verdict)."""
 
     op: ClassVar[str] = "precompile"
-    ok: bool = False
+    complete: bool = False
+    """The child ran the whole forward (``ok`` is the envelope's: whether the request itself succeeded)."""
     kernels: int = 0
     launchers: int = 0
     seconds: float = 0.0
@@ -248,6 +249,9 @@ class EventsReply:
 
 
 REPLIES: dict[str, type] = {c.op: c for c in (Hello, LoadReply, PrecompileReply, RunReply, TimeReply, EventsReply)}
+#: Keys of every reply's envelope: no reply may declare a field of these names (it would be read as the envelope's).
+ENVELOPE_KEYS = frozenset({"v", "op", "ok", "nonce", "findings"})
+assert not any(ENVELOPE_KEYS & {f.name for f in dataclasses.fields(c)} for c in REPLIES.values())
 
 
 @dataclass

@@ -237,7 +237,7 @@ class Harness:
         from drkernel.env.protocol import PrecompileReply
 
         if self.role != "candidate" or self.model is None or self.device != "cuda":
-            return PrecompileReply(ok=False, reason="nothing to compile ahead here")
+            return PrecompileReply(complete=False, reason="nothing to compile ahead here")
         return PrecompileReply(**precompile(self, float(req.timeout_s)))
 
     def op_run(self, req: Any) -> Any:

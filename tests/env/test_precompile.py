@@ -76,7 +76,7 @@ h = types.SimpleNamespace(workdir=work, model=cand.ModelNew(), loaded=types.Simp
 target = GPUTarget("cuda", 90, 32)
 report = precompile(h, float(sys.argv[2]), target=target)
 hits = None
-if report["ok"]:
+if report["complete"]:
     # the parent's own first launch: the same key, found in the cache the child filled
     from triton.runtime import driver
     from triton.runtime.jit import JITFunction
@@ -128,21 +128,21 @@ def _readable(fd: int) -> bool:
 
 def test_kernels_compile_ahead_and_the_first_launch_finds_them(tmp_path):
     data = _run(tmp_path, "pass")
-    assert data["report"]["ok"], data
+    assert data["report"]["complete"], data
     assert data["report"]["kernels"] >= 3  # the plain kernel and both autotune configs
     assert data["hits"]["new_entries"] == 0  # nothing compiled again: the first launch hit the cache
 
 
 def test_a_child_that_hangs_is_killed_at_the_time_limit(tmp_path):
     data = _run(tmp_path, "while True: pass", timeout_s=3.0)
-    assert not data["report"]["ok"] and data["report"]["reason"] == "time limit"
+    assert not data["report"]["complete"] and data["report"]["reason"] == "time limit"
     assert data["report"]["seconds"] < 10
 
 
 def test_the_child_holds_none_of_its_parents_descriptors(tmp_path):
     data = _run(tmp_path, "import os, sys; os.write(int(sys.argv[3]), b'leak')")
     assert data["leaked"] == b""  # the parent's pipe (as the protocol socket or the stage) was closed
-    assert not data["report"]["ok"] and "OSError" in data["report"]["reason"]
+    assert not data["report"]["complete"] and "OSError" in data["report"]["reason"]
 
 
 def test_a_forward_that_reads_values_compiles_what_it_reached(tmp_path):

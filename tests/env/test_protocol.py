@@ -94,3 +94,14 @@ def test_a_reply_without_the_requests_nonce_is_forged():
         with pytest.raises(P.ForgedMessage):
             P.parse_reply(forged, "run", nonce)
     assert json.loads(P.spot_query(7, nonce)) == {"v": P.PROTOCOL_VERSION, "op": "spot", "call": 7, "nonce": nonce}
+
+
+@pytest.mark.parametrize("body", [P.PrecompileReply(complete=False, reason="time limit"), P.PrecompileReply(complete=True),
+                                  P.LoadReply(), P.RunReply(), P.TimeReply(), P.EventsReply()])
+def test_every_reply_round_trips_whatever_its_own_fields_say(body):
+    """A reply's fields sit beside the envelope's keys: a field named like one (``ok``) made every
+    unsuccessful precompile report read as a failed request."""
+    envelope = {"v", "op", "ok", "nonce", "findings"}
+    assert not envelope & {f.name for f in __import__("dataclasses").fields(body)}
+    reply = P.parse_reply(P.encode_reply(body, nonce="n"), body.op, "n")
+    assert reply.ok and reply.body == body
