@@ -88,10 +88,10 @@ class EvalConfig:
     # -- isolation --------------------------------------------------------------------------
     load_timeout_s: float = 120.0
     """Deadline for importing the candidate and building ModelNew (Triton compiles lazily, at launch)."""
-    precompile_timeout_s: float = 30.0
-    """On a GPU: how long a child of the candidate's process without GPU may compile its Triton
-    kernels ahead, outside the GPU gate (:mod:`drkernel.env.precompile`); what it does not reach
-    compiles in the first call. 0: off."""
+    precompile_timeout_s: float = 10.0
+    """On a GPU: how long the grader waits, outside the GPU gate, for the compiling child the worker
+    forked before importing the candidate (:mod:`drkernel.env.precompile`); what the child does not
+    reach in that time compiles in the first call. 0: no compiling child."""
     call_timeout_s: float = 120.0
     """Deadline for one correctness call (includes Triton JIT compilation on first launch)."""
     timing_timeout_s: float = 300.0

@@ -61,7 +61,7 @@ from drkernel.env.feedback import build_feedback
 from drkernel.env.gate import DeviceGate, Lease
 from drkernel.env.prepared import PreparedTask, ReferenceOutput, TrialKey
 from drkernel.env.profiling import UNBOUNDED
-from drkernel.env.protocol import EventsRequest, LoadRequest, PrecompileRequest, Reply, RunRequest, TimeRequest
+from drkernel.env.protocol import EventsRequest, LoadRequest, Reply, RunRequest, TimeRequest
 from drkernel.env.result import EnvironmentFailure, EvalError, EvalResult, Stage
 from drkernel.env.spot import sample_index, sample_size
 from drkernel.env.staging import reserve_bytes
@@ -406,7 +406,9 @@ class Evaluation:
             device="cuda" if self.cuda else "cpu", task_size=self.prepared.task_size,
             entry_point=task.entry_point, init_seed=self.plan.init_seed, kernel_suffix=self.plan.kernel_suffix,
             parameter_shapes=params, buffer_shapes=buffers, launch_budget_ms=self.config.launch_budget_ms,
-            stage_bytes=stage_bytes), self.config.load_timeout_s, "load_compile")
+            stage_bytes=stage_bytes, precompile=self.cuda and self.config.precompile_timeout_s > 0),
+            self.config.load_timeout_s, "load_compile")
+        self._compile_pid = reply.body.compile_pid
         self.result.compiled = True
         self._worker_parts("load", reply.body.phases_s)
         self.completed.add(Stage.COMPILE)
@@ -418,18 +420,20 @@ class Evaluation:
                              for k, (d, s, _, r) in enumerate(self.plan.trials)}
 
     def _precompile(self) -> None:
-        """On a GPU: the candidate's kernels compiled ahead by a child of its process that cannot
-        reach the GPU, so outside the GPU gate (:mod:`drkernel.env.precompile`; the first call then
-        loads them instead of compiling in the gate's shared side). Its report is diagnostics."""
-        if not self.cuda or self.config.precompile_timeout_s <= 0:
+        """On a GPU: wait for the compiling child the worker forked before importing the candidate
+        (:mod:`drkernel.env.precompile`) outside the GPU gate: the worker is idle, its device
+        synchronised, the child without GPU. The first call then loads the kernels instead of
+        compiling them in the gate's shared side. Diagnostics only, never a verdict."""
+        pid = getattr(self, "_compile_pid", 0)
+        if not self.cuda or not pid:
             return
-        limit = self.config.precompile_timeout_s
-        reply = self._request(PrecompileRequest(timeout_s=limit), limit + 30.0, "precompile", gated=False)
-        b = reply.body
-        self.result.details["precompile"] = {"complete": b.complete, "kernels": b.kernels, "launchers": b.launchers,
-                                             "seconds": b.seconds,
-                                             **({"reason": b.reason[:300]} if b.reason else {}),
-                                             **({"note": b.note[:300]} if b.note else {})}
+        from drkernel.env.precompile import await_compiler
+
+        with self.clock.part("precompile"):
+            self.result.details["precompile"] = await_compiler(pid, self.proc.pgid,
+                                                                min(self.config.precompile_timeout_s,
+                                                                    max(self._deadline - time.monotonic(), 0.0)))
+        self._check_cancel()
 
     def _correctness(self) -> None:
         details: list[dict[str, Any]] = []
@@ -799,11 +803,10 @@ class Evaluation:
             found.append({"id": hack_id, "detail": detail[:300]})
 
     def _request(self, req: Any, stage_timeout_s: float, part: str, desc: str | None = None,
-                 on_spot: Callable[[int], bool] | None = None, gated: bool = True) -> Reply:
-        """One request to the candidate's process, in the GPU gate's shared side unless ``gated`` is
-        False (only a request whose work cannot reach the GPU: the precompile)."""
+                 on_spot: Callable[[int], bool] | None = None) -> Reply:
+        """One request to the candidate's process, always in the GPU gate's shared side."""
         self._check_cancel()
-        with (self._shared() if gated else contextlib.nullcontext()), self.clock.part(part):
+        with self._shared(), self.clock.part(part):
             reply = self.proc.request(req, self._remaining(stage_timeout_s), on_spot=on_spot)
         for hack_id, detail in reply.findings:
             self._finding(hack_id, detail)

@@ -6,45 +6,47 @@ together). Correctness calls run in the GPU gate's shared side (candidate code m
 at any point of a call), so every timing queued meanwhile waited for the compiler: the first call
 was the longest shared hold of an evaluation.
 
-:func:`precompile` (the worker's ``precompile`` request, which the grader sends *outside* the gate)
-forks a child of the loaded worker and waits for it. The child
+During the load, once the worker is confined and audited and **before the candidate is imported**,
+:func:`fork_compiler` forks a *compiling child*. Nothing of the candidate has run in the worker yet
+(no hook it could have set fires at that fork). The child
 
-* closes every descriptor it inherited (the protocol socket, the output stage, the GPU driver's
-  device files), and, where Landlock is available, confines itself again with no GPU device file
-  (:func:`drkernel.env.confine.confine` with ``devices=False``); torch refuses CUDA in a forked
-  child besides. Whatever the candidate's code does there, it does without a GPU;
+* asks to die with its parent, closes every descriptor it inherited (the protocol socket, the
+  output stage, the GPU driver's device files) and confines itself again with no GPU device file
+  (:func:`drkernel.env.confine.confine` with ``devices=False``; without Landlock it compiles nothing);
+  torch refuses CUDA in a forked child besides. Whatever the candidate's code does there, it does
+  without a GPU, a channel to the grader or the stage;
 * points Triton at :class:`CompileOnlyDriver` (the parent's GPU target; no device, no stream, a
-  benchmarker that times nothing, so an autotuner compiles every config) and makes every launch a
-  compile-only ``warmup`` run, building the kernel's launcher too (a C stub Triton compiles per
-  signature; 0.2 s of the first call once the kernel itself came from the cache);
-* calls ModelNew's forward on meta tensors: its parameters and buffers as meta tensors of their
-  shapes (``torch.func.functional_call``), the task's ``get_inputs()`` under the meta device. A
-  forward that reads values (``.item()``), a task input that needs CUDA, an error or the time limit
-  ends the child early: the kernels it did not reach compile in the first call, as before.
+  benchmarker that times nothing, so an autotuner compiles every config, with its results never
+  cached) and makes every launch a compile-only ``warmup`` run that also builds the kernel's
+  launcher (the C stub Triton compiles per signature: 0.2 s of a first call whose kernel came from
+  the cache);
+* imports the candidate, builds ModelNew under the meta device and calls its forward on the task's
+  ``get_inputs()`` drawn under the meta device. A forward that reads values (``.item()``), a model
+  that needs CUDA, an error or the time limit only end the child early: what it did not reach
+  compiles in the first call, as before.
 
-Kernels compiled by the child land in the worker's Triton cache (its work directory), with the
-same key the first call computes (same source, kernel names, target and specialization: a meta
-tensor's address is 0, aligned like every allocation), so the first call loads them instead of
-compiling. The parent runs no candidate code meanwhile: it forks, reads the child's report and
-waits, with the garbage collector off (no finaliser of the candidate's runs). Nothing the child
-reports decides anything: its report is diagnostics (``details["precompile"]``).
+Kernels compiled by the child land in the worker's Triton cache (its work directory) under the key
+the first call computes (same source, kernel names, target and specialization: a meta tensor's
+address is 0, aligned like every allocation), so the first call loads them instead of compiling.
 
-Trust: the child is the candidate's, as its worker is; it can write into the Triton cache, which
-the candidate's code in the worker can too. It cannot reach the GPU, the grader's channel or the
-output stage.
+The grader waits for the child (:func:`await_compiler`, up to ``EvalConfig.precompile_timeout_s``)
+**after the load's reply, outside the GPU gate, while the worker is idle**: between requests the
+worker runs nothing (its threads, signals and timers are the audit's), and the load ends with the
+device synchronised, so nothing of the candidate's runs on the GPU then; the child has no GPU. The
+child's pid comes from the worker and is trusted only after it is found in the worker's process
+group. Nothing the child does decides a verdict (``details["precompile"]`` is diagnostics); it can
+write into the worker's Triton cache, which the candidate's code in the worker can too.
 """
 
 from __future__ import annotations
 
-import gc
-import json
 import os
 import select
 import signal
 import time
 from typing import Any
 
-REPORT_BYTES = 4096
+EXIT_DONE, EXIT_PARTIAL, EXIT_FAILED, EXIT_NO_LANDLOCK = 0, 1, 2, 3
 
 
 class CompileOnlyDriver:
@@ -88,95 +90,103 @@ class CompileOnlyDriver:
         pass
 
 
-def precompile(h: Any, timeout_s: float, target: Any = None, launcher_cls: Any = None) -> dict[str, Any]:
-    """In the worker (parent side): fork the compiling child, wait at most ``timeout_s`` for it.
-    ``h`` gives ``workdir``, ``model`` and ``loaded.module`` (the task's); ``target`` and
-    ``launcher_cls``: Triton's GPU target and launcher builder (default: the current device's).
-    Returns ``{"complete", "kernels", "launchers", "seconds", "reason", "note"}``."""
-    t0 = time.perf_counter()
-    if target is None:
-        try:
-            from triton.runtime import driver
+def triton_target() -> tuple[Any, Any]:
+    """(target, launcher class) of the current device's Triton driver (the worker's, taken before
+    any candidate code runs)."""
+    from triton.runtime import driver
 
-            target, launcher_cls = driver.active.get_current_target(), driver.active.launcher_cls
-        except Exception as exc:  # noqa: BLE001
-            return {"complete": False, "kernels": 0, "launchers": 0, "seconds": 0.0,
-                    "reason": f"no Triton target: {type(exc).__name__}"}
-    r, w = os.pipe()
-    enabled = gc.isenabled()
-    gc.disable()  # no finaliser of the candidate's objects runs in the parent meanwhile
+    return driver.active.get_current_target(), driver.active.launcher_cls
+
+
+def fork_compiler(h: Any, target: Any, launcher_cls: Any, init_args: tuple[list[Any], dict[str, Any]],
+                  require_landlock: bool = True) -> int:
+    """In the worker, confined and audited, before the candidate is imported: fork the compiling
+    child and return its pid (the parent goes on with the load). ``h`` gives ``workdir``,
+    ``candidate_file``, ``entry_point`` and ``loaded.module``; ``init_args`` are ModelNew's
+    constructor arguments."""
+    pid = os.fork()
+    if pid == 0:
+        _child(h, target, launcher_cls, init_args, require_landlock)  # never returns
+    return pid
+
+
+def await_compiler(pid: int, pgid: int, timeout_s: float) -> dict[str, Any]:
+    """In the grader: wait at most ``timeout_s`` for the compiling child ``pid`` (as the worker
+    reported it: it must be a member of the worker's process group ``pgid`` and not its leader),
+    then kill it if it still runs. Returns ``{"finished", "seconds"}`` or ``{"reason"}``."""
+    t0 = time.monotonic()
+    if pid <= 0 or pid == pgid or _pgid_of(pid) != pgid:
+        return {"finished": False, "seconds": 0.0, "reason": "no compiling child in the worker's process group"}
+    finished = False
     try:
-        pid = os.fork()
-        if pid == 0:  # the child: never returns
-            os.close(r)
-            _child(h, target, launcher_cls, w)
-        os.close(w)
-        report = _read_report(r, pid, t0 + timeout_s)
+        fd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        fd = None
+    try:
+        while not finished:
+            left = t0 + timeout_s - time.monotonic()
+            if left <= 0:
+                break
+            if fd is not None:
+                finished = bool(select.select([fd], [], [], min(left, 0.5))[0])
+            else:
+                finished = _pgid_of(pid) != pgid or _state_of(pid) in ("Z", "X", None)
+                if not finished:
+                    time.sleep(min(left, 0.02))
     finally:
-        os.close(r)
-        if enabled:
-            gc.enable()
-    report["seconds"] = round(time.perf_counter() - t0, 4)
-    return report
+        if fd is not None:
+            os.close(fd)
+    if not finished and _pgid_of(pid) == pgid:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    out: dict[str, Any] = {"finished": finished, "seconds": round(time.monotonic() - t0, 4)}
+    if not finished:
+        out["reason"] = "time limit"
+    return out
 
 
-def _read_report(r: int, pid: int, deadline: float) -> dict[str, Any]:
-    buf = b""
-    reason = None
-    while len(buf) < REPORT_BYTES:
-        left = deadline - time.perf_counter()
-        if left <= 0:
-            reason = "time limit"
-            break
-        ready, _, _ = select.select([r], [], [], left)
-        if not ready:
-            continue
-        chunk = os.read(r, REPORT_BYTES - len(buf))
-        if not chunk:
-            break
-        buf += chunk
+def _stat_fields(pid: int) -> list[str] | None:
     try:
-        os.kill(pid, signal.SIGKILL)  # done or not: the child never outlives its report
-    except ProcessLookupError:
-        pass
-    os.waitpid(pid, 0)
-    try:
-        data = json.loads(buf.decode("utf-8", "replace")) if buf else {}
-    except ValueError:
-        data = {}
-    data = data if isinstance(data, dict) else {}
-    counts = {k: data.get(k) if isinstance(data.get(k), int) and not isinstance(data.get(k), bool) else 0
-              for k in ("kernels", "launchers")}
-    err = data.get("error")
-    if reason is None and not buf:
-        reason = "the compiling process ended without a report"
-    elif reason is None and isinstance(err, str):
-        reason = err[:300]
-    note = data.get("note")
-    return {"complete": reason is None, **counts, "reason": reason, "note": note[:300] if isinstance(note, str) else None}
+        with open(f"/proc/{pid}/stat") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    return raw[raw.rindex(")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, ...
 
 
-def _child(h: Any, target: Any, launcher_cls: Any, w: int) -> None:
+def _pgid_of(pid: int) -> int | None:
+    f = _stat_fields(pid)
+    return int(f[2]) if f and len(f) > 2 else None
+
+
+def _state_of(pid: int) -> str | None:
+    f = _stat_fields(pid)
+    return f[0] if f else None
+
+
+def _child(h: Any, target: Any, launcher_cls: Any, init_args: Any, require_landlock: bool) -> None:
     """The forked child (see the module docstring). Ends with ``os._exit``."""
-    code = 0
-    report: dict[str, Any] = {"kernels": 0, "launchers": 0}
+    code = EXIT_FAILED
     try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: dies with the worker
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)  # no output reaches the grader's pipe
-        os.closerange(3, w)  # everything else inherited: the protocol socket, the stage, the GPU's files
-        os.closerange(w + 1, 1 << 16)
+        os.closerange(3, 1 << 20)  # the protocol socket, the stage, the GPU's files: all of them
         from drkernel.env.confine import confine
 
-        confine(str(h.workdir), extra_read=_cache_roots(), devices=False)
-        _compile_forward(h, target, launcher_cls, report)
-    except BaseException as exc:  # noqa: BLE001 - any failure only means "compile in the first call"
-        report["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-        code = 1
-    try:
-        os.write(w, json.dumps(report).encode()[:REPORT_BYTES])
-    finally:
-        os._exit(code)
+        report = confine(str(h.workdir), extra_read=_cache_roots(), devices=False)
+        if require_landlock and (not report.get("landlock") or report.get("reason")):
+            code = EXIT_NO_LANDLOCK
+        else:
+            code = EXIT_DONE if _compile_forward(h, target, launcher_cls, init_args) else EXIT_PARTIAL
+    except BaseException:  # noqa: BLE001 - any failure only means "compile in the first call"
+        pass
+    os._exit(code)
 
 
 def _cache_roots() -> list[str]:
@@ -186,12 +196,17 @@ def _cache_roots() -> list[str]:
     return [shared] if shared and os.path.isdir(shared) else []
 
 
-def _compile_forward(h: Any, target: Any, launcher_cls: Any, report: dict[str, Any]) -> None:
-    """ModelNew's forward on meta tensors, every launch a compile (and its launcher's build: Triton
-    compiles a C stub per signature, cached by its source, 0.2 s of an H100 machine's first call)."""
+def _compile_forward(h: Any, target: Any, launcher_cls: Any, init_args: Any) -> bool:
+    """ModelNew's forward on meta tensors, every launch a compile and its launcher's build.
+    True when the whole forward ran."""
+    import gc
+
     import torch
+    from triton.runtime import autotuner
     from triton.runtime import driver
     from triton.runtime.jit import JITFunction
+
+    from drkernel.env.worker import import_file
 
     driver.set_active(CompileOnlyDriver(target))
     run = JITFunction.run  # whatever the worker installed: only the warm-up flag changes
@@ -199,30 +214,31 @@ def _compile_forward(h: Any, target: Any, launcher_cls: Any, report: dict[str, A
 
     def compile_only(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         kernel = run(self, *args, grid=grid, warmup=True, **kwargs)
-        if kernel is not None:
-            report["kernels"] += 1
-            if launcher_cls is not None and id(kernel) not in built:
-                built.add(id(kernel))
-                try:
-                    launcher_cls(kernel.src, kernel.metadata)
-                    report["launchers"] += 1
-                except Exception as exc:  # noqa: BLE001 - built at the first launch instead
-                    report.setdefault("note", f"launcher not built: {type(exc).__name__}: {str(exc)[:160]}")
+        if kernel is not None and launcher_cls is not None and id(kernel) not in built:
+            built.add(id(kernel))
+            try:
+                launcher_cls(kernel.src, kernel.metadata)
+            except Exception:  # noqa: BLE001 - built at the first launch instead
+                pass
         return kernel
 
     JITFunction.run = compile_only
-    model = h.model
-    meta = {name: torch.empty(t.shape, dtype=t.dtype, device="meta")
-            for name, t in [*model.named_parameters(), *model.named_buffers()]}
+    import triton
+
+    triton.knobs.autotuning.cache = False  # the benchmarker times nothing: no autotune result is kept
+    module = import_file(h.candidate_file)
+    for obj in gc.get_objects():  # ... not even one that asked for it
+        if isinstance(obj, autotuner.Autotuner):
+            obj.cache_results = False
+    cls = getattr(module, f"{h.entry_point}New")
+    args, kwargs = init_args
+    meta = lambda x: x.to("meta") if isinstance(x, torch.Tensor) else x  # noqa: E731
     with torch.device("meta"):
-        inputs = h.loaded.module.get_inputs()
-    inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs]
+        model = cls(*[meta(a) for a in args], **{k: meta(v) for k, v in kwargs.items()})
+        inputs = [meta(x) for x in h.loaded.module.get_inputs()]
     with torch.no_grad():
-        try:
-            torch.func.functional_call(model, meta, tuple(inputs))
-        except BaseException:  # noqa: BLE001 - what compiled before the failure is kept
-            if not report["kernels"]:
-                raise
+        model(*inputs)
+    return True
 
 
-__all__ = ["precompile", "CompileOnlyDriver"]
+__all__ = ["fork_compiler", "await_compiler", "triton_target", "CompileOnlyDriver"]

@@ -118,7 +118,7 @@ class PreparedTask:
             except Exception as exc:  # noqa: BLE001 - the reference is trusted: its failure is the task's
                 raise TaskError(f"task {self.task.name}: Model(*get_init_inputs()) failed: "
                                 f"{type(exc).__name__}: {exc}") from exc
-            _settled(next(m.parameters(), None))  # other evaluations run it on their own streams
+            _settled(self.device)  # other evaluations run it on their own streams
             with self._lock:
                 self._models[key] = m
                 while len(self._models) > 8:
@@ -178,7 +178,7 @@ class PreparedTask:
                 ref.out = ref.out.clone()  # keep the value, not a view of inputs dropped below
             if not cache:
                 return ref
-            _settled(ref.out)  # other evaluations read it on their own streams
+            _settled(self.device)  # other evaluations read it on their own streams
             with self._lock:
                 self._outputs[ckey] = ref
                 self._bytes += ref.nbytes
@@ -303,12 +303,12 @@ class PreparedCache:
             self._items.clear()
 
 
-def _settled(t: torch.Tensor | None) -> None:
-    """Wait for this thread's stream to finish what produced ``t`` (a GPU tensor) before another
-    thread, on its own stream, may read it: each evaluation runs the grader's GPU work on a stream
-    of its own (:meth:`drkernel.env.evaluation.Evaluation.run`)."""
-    if t is not None and t.is_cuda:
-        torch.cuda.current_stream(t.device).synchronize()
+def _settled(device: str) -> None:
+    """Wait for this thread's stream to finish what it queued on ``device`` (a GPU) before another
+    thread, on its own stream, may read the result: each evaluation runs the grader's GPU work on a
+    stream of its own (:meth:`drkernel.env.evaluation.Evaluation.run`)."""
+    if str(device).startswith("cuda"):
+        torch.cuda.current_stream(torch.device(device)).synchronize()
 
 
 __all__ = ["PreparedTask", "PreparedCache", "ReferenceOutput", "TrialKey"]

@@ -11,8 +11,9 @@ Sequence for one worker (each request answered before the next is sent)::
     worker -> hello (Hello: ready, pid, device)          once torch/triton/CUDA are up (warm)
     load    (LoadRequest)   -> LoadReply                 role candidate: confined, audited, ModelNew built
                                                          role reference: the task's Model alone
-    precompile (PrecompileRequest) -> PrecompileReply   GPU only, outside the GPU gate: a forked child
-                                                         without GPU compiles the kernels ahead
+                                                         (GPU: a child forked before the import,
+                                                         without GPU, compiles the kernels ahead;
+                                                         the grader awaits it while the worker idles)
     run     (RunRequest)    -> RunReply   (x trials)     inputs drawn in the worker from ``seed``
     time    (TimeRequest)   -> TimeReply                 warm-up + timed calls, device records
         worker -> {"op": "spot", "call": i}              after each timed call (candidate): keep it?
@@ -71,6 +72,8 @@ class LoadRequest:
     launch_budget_ms: float = 1.0
     stage_bytes: int = 0
     """Bytes of the output stage the grader reserved for this candidate's outputs (0: files only)."""
+    precompile: bool = False
+    """GPU: fork the compiling child before the import (:mod:`drkernel.env.precompile`)."""
 
 
 @dataclass(frozen=True)
@@ -104,15 +107,6 @@ class TimeRequest:
 
 
 @dataclass(frozen=True)
-class PrecompileRequest:
-    """Compile the candidate's Triton kernels ahead in a child that cannot reach the GPU
-    (:mod:`drkernel.env.precompile`), waiting at most ``timeout_s``."""
-
-    op: ClassVar[str] = "precompile"
-    timeout_s: float = 30.0
-
-
-@dataclass(frozen=True)
 class EventsRequest:
     op: ClassVar[str] = "events"
 
@@ -122,9 +116,8 @@ class ExitRequest:
     op: ClassVar[str] = "exit"
 
 
-REQUESTS: dict[str, type] = {c.op: c for c in (LoadRequest, PrecompileRequest, RunRequest, TimeRequest, EventsRequest,
-                                                ExitRequest)}
-Request = typing.Union[LoadRequest, PrecompileRequest, RunRequest, TimeRequest, EventsRequest, ExitRequest]
+REQUESTS: dict[str, type] = {c.op: c for c in (LoadRequest, RunRequest, TimeRequest, EventsRequest, ExitRequest)}
+Request = typing.Union[LoadRequest, RunRequest, TimeRequest, EventsRequest, ExitRequest]
 
 
 def encode_request(req: Any, nonce: str = "") -> bytes:
@@ -185,6 +178,8 @@ class LoadReply:
     """What confines the candidate's process (Landlock ABI, what is refused), for the record."""
     phases_s: dict[str, float] = field(default_factory=dict)
     """The worker's own timers of the load's parts (diagnostics; the candidate could forge them)."""
+    compile_pid: int = 0
+    """The compiling child's pid (0: none); trusted by the grader only inside the worker's group."""
 
 
 @dataclass
@@ -229,26 +224,12 @@ class TimeReply:
 
 
 @dataclass
-class PrecompileReply:
-    """What the compiling child did (the worker's own account: diagnostics, never a verdict)."""
-
-    op: ClassVar[str] = "precompile"
-    complete: bool = False
-    """The child ran the whole forward (``ok`` is the envelope's: whether the request itself succeeded)."""
-    kernels: int = 0
-    launchers: int = 0
-    seconds: float = 0.0
-    reason: str | None = None
-    note: str | None = None
-
-
-@dataclass
 class EventsReply:
     op: ClassVar[str] = "events"
     events: list[list[Any]] = field(default_factory=list)
 
 
-REPLIES: dict[str, type] = {c.op: c for c in (Hello, LoadReply, PrecompileReply, RunReply, TimeReply, EventsReply)}
+REPLIES: dict[str, type] = {c.op: c for c in (Hello, LoadReply, RunReply, TimeReply, EventsReply)}
 #: Keys of every reply's envelope: no reply may declare a field of these names (it would be read as the envelope's).
 ENVELOPE_KEYS = frozenset({"v", "op", "ok", "nonce", "findings"})
 assert not any(ENVELOPE_KEYS & {f.name for f in dataclasses.fields(c)} for c in REPLIES.values())
@@ -368,8 +349,8 @@ def _type_ok(value: Any, hint: Any) -> bool:
     return isinstance(value, hint) if isinstance(hint, type) else True
 
 
-__all__ = ["PROTOCOL_VERSION", "ProtocolError", "LoadRequest", "PrecompileRequest", "RunRequest", "TimeRequest",
-           "EventsRequest", "ExitRequest", "Hello", "Failure", "LoadReply", "PrecompileReply", "RunReply", "TimeReply",
+__all__ = ["PROTOCOL_VERSION", "ProtocolError", "LoadRequest", "RunRequest", "TimeRequest",
+           "EventsRequest", "ExitRequest", "Hello", "Failure", "LoadReply", "RunReply", "TimeReply",
            "EventsReply", "Reply",
            "encode_request", "decode_request", "decode_envelope", "encode_reply", "parse_reply",
            "is_spot_query", "spot_query", "ForgedMessage"]

@@ -159,8 +159,14 @@ class CandidateProcess:
         self._closed = False
         from drkernel.env.staging import Stage
 
-        self.stage = Stage.create()  # the shared output stage (drkernel.env.staging), reserved at load
-        parent_sock, child_sock = socket.socketpair()
+        try:
+            self.stage = Stage.create()  # the shared output stage (drkernel.env.staging), sized at load
+            parent_sock, child_sock = socket.socketpair()
+        except OSError as exc:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            if getattr(self, "stage", None) is not None:
+                self.stage.close()
+            raise EnvironmentFailure(f"cannot start the candidate process: {exc}") from exc
         try:
             self.proc = None
             if self.start_method == "zygote":
@@ -268,8 +274,8 @@ class CandidateProcess:
                 others = [p for p in _group_pids(self.pgid, max_age_s=0.5) if p != self.proc.pid]
             polls += 1
             rss = _rss_bytes(self.proc.pid) + sum(_rss_bytes(p) for p in others)
-            # the stage's reserved pages are resident in the worker too (mapped, page-locked): not the candidate's
-            if rss > self.memory_limit + self.stage.reserved and self.failure is None:
+            # the stage's page-locked pages are resident in the worker too: not the candidate's
+            if rss > self.memory_limit + self.stage.registered and self.failure is None:
                 self.failure = CandidateFailure("memory", f"memory limit exceeded: {rss >> 20} MiB resident "
                                                 f"(limit {self.memory_limit >> 20} MiB)")
                 self._kill_group()

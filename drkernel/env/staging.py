@@ -1,11 +1,11 @@
 """Candidate outputs through memory both processes map: :class:`Stage`.
 
-Every candidate process is given, when it starts, a *stage*: an anonymous shared-memory file
-(``memfd``) of :data:`STAGE_BYTES` virtual bytes, sealed against shrinking and growing (so neither
-side can make the other's mapping fault: a truncated file would raise SIGBUS in the grader). Pages
-exist only once touched. When the grader loads a candidate it reserves the part of the stage it
-will read (the largest output it expects, :func:`reserve_bytes`) and sends that size with the load
-request; both sides map the stage and, on a GPU, register the reserved part with CUDA
+Every candidate process is given, when it starts, a *stage*: an empty anonymous shared-memory file
+(``memfd``) sealed against shrinking (neither side can make the other's mapping fault: a truncated
+file would raise SIGBUS in the grader). When the grader loads a candidate it sizes the stage to what
+it will read (the largest output it expects, :func:`reserve_bytes`, at most :data:`STAGE_BYTES`)
+and seals it against growing too, so the candidate cannot park memory in it beyond that (pages of a
+memfd are not in a process's resident size); both sides map it and, on a GPU, register it with CUDA
 (page-locked: device <-> host copies run as DMA at full speed, no staging copy through a bounce
 buffer and no file in between).
 
@@ -36,11 +36,10 @@ import warnings
 from typing import Any
 
 STAGE_BYTES = 8 << 30
-"""Virtual size of a stage (a memfd's pages are allocated only when touched; outputs above this go
-to files)."""
+"""The largest stage (outputs above this go to files)."""
 ALIGN = 1 << 16
 """Offsets of outputs in the stage (and reserved sizes) are multiples of this."""
-_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+_FIXED = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 
 
 def align(n: int) -> int:
@@ -66,6 +65,8 @@ class Stage:
     def __init__(self, fd: int, size: int = STAGE_BYTES):
         self.fd = fd
         self.size = size
+        self.limit = STAGE_BYTES
+        self.owner = False  # the grader's side (created it): only it sizes the stage
         self.reserved = 0
         self.registered = 0
         self._map: mmap.mmap | None = None
@@ -75,37 +76,47 @@ class Stage:
 
     # -- the two sides -----------------------------------------------------------------------------
     @classmethod
-    def create(cls, size: int = STAGE_BYTES) -> "Stage":
-        """A new sealed memfd of ``size`` virtual bytes (the grader's side; pass :attr:`fd` to the child)."""
+    def create(cls, limit: int = STAGE_BYTES) -> "Stage":
+        """A new, empty memfd sealed against shrinking (the grader's side; pass :attr:`fd` to the
+        child); :meth:`reserve` sizes it once, up to ``limit``, and seals it."""
         fd = os.memfd_create("drkernel-stage", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
-            os.ftruncate(fd, size)
-            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
         except OSError:
             os.close(fd)
             raise
-        return cls(fd, size)
+        stage = cls(fd, 0)
+        stage.limit, stage.owner = limit, True
+        return stage
 
     @classmethod
     def attach(cls, fd: int) -> "Stage":
-        """The worker's side: a stage file descriptor received at start (its size is the file's;
-        seals are checked, so a stage that could shrink under the grader is never used)."""
-        if fcntl.fcntl(fd, fcntl.F_GET_SEALS) & _SEALS != _SEALS:
-            raise StageError("the stage file is not sealed against resizing")
+        """The worker's side: a stage file descriptor received at start (seals are checked, so a
+        stage that could shrink under the grader is never used; its size is read when reserved)."""
+        if not fcntl.fcntl(fd, fcntl.F_GET_SEALS) & fcntl.F_SEAL_SHRINK:
+            raise StageError("the stage file is not sealed against shrinking")
         return cls(fd, os.fstat(fd).st_size)
 
     # -- mapping -----------------------------------------------------------------------------------
     def reserve(self, nbytes: int, cuda: bool) -> int:
-        """Map the stage (once) and make its first ``nbytes`` (aligned) usable; on a GPU, register
-        them with CUDA (a larger reservation registers again). Returns the reserved size."""
-        n = min(align(nbytes), self.size)
+        """Size the stage (the grader, once: then sealed) or read its size (the worker), map it and
+        make its first ``nbytes`` (aligned) usable; on a GPU, register them with CUDA. Returns the
+        reserved size."""
         with self._lock:
             if self._map is None:
                 import torch
 
+                seals = fcntl.fcntl(self.fd, fcntl.F_GET_SEALS)
+                if self.owner and not seals & fcntl.F_SEAL_GROW:  # the grader's first reservation fixes the size
+                    os.ftruncate(self.fd, min(align(nbytes), self.limit))
+                    fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, _FIXED & ~fcntl.F_SEAL_SHRINK)
+                self.size = os.fstat(self.fd).st_size
+                if not self.size or fcntl.fcntl(self.fd, fcntl.F_GET_SEALS) & _FIXED != _FIXED:
+                    raise StageError("the stage is not sized and sealed")
                 self._map = mmap.mmap(self.fd, self.size, flags=mmap.MAP_SHARED,
                                       prot=mmap.PROT_READ | mmap.PROT_WRITE)
                 self._base = torch.frombuffer(self._map, dtype=torch.uint8, count=self.size)
+            n = min(align(nbytes), self.size)
             if cuda and n > self.registered:
                 self._unregister()
                 self._register(n)
@@ -118,9 +129,9 @@ class Stage:
         rt = torch.cuda.cudart()
         err = rt.cudaHostRegister(self._base.data_ptr(), n, 0)
         if _code(err) != 0:
+            _clear_cuda_error()  # else the next kernel launch reports this failure as its own
             warnings.warn(f"drkernel: cudaHostRegister of the output stage failed ({err}); outputs are copied "
                           "through pageable memory (slower)", RuntimeWarning, stacklevel=3)
-            torch.cuda.synchronize()  # a failed call may leave a sticky "last error"; clear it
             return
         self.registered = n
 
@@ -179,6 +190,20 @@ class Stage:
 
 def _code(err: Any) -> int:
     return int(getattr(err, "value", err))
+
+
+def _clear_cuda_error() -> None:
+    """Reset the CUDA runtime's last error (``cudaGetLastError`` of the libcudart this process
+    loaded; torch's bindings do not expose it)."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as fh:
+            paths = {line.split()[-1] for line in fh if "libcudart" in line and line.split()[-1].startswith("/")}
+        for path in paths:
+            ctypes.CDLL(path).cudaGetLastError()
+    except (OSError, AttributeError):
+        pass
 
 
 __all__ = ["Stage", "StageError", "STAGE_BYTES", "ALIGN", "align", "reserve_bytes"]

@@ -82,6 +82,7 @@ class Harness:
         self.auditor = Auditor()
         self.spot = SpotChannel(fd)
         self.stage = None  # drkernel.env.staging.Stage: the shared output stage, mapped at load
+        self._triton: tuple[Any, Any] | None = None  # (target, launcher class): drkernel.env.precompile
         if stage_fd is not None:
             from drkernel.env.staging import Stage
 
@@ -155,6 +156,12 @@ class Harness:
         with profile(activities=[ProfilerActivity.CUDA]):  # CUPTI's one-time start-up cost, ahead
             torch.empty(1, device="cuda")
         lap("cupti")
+        try:  # Triton's target and launcher builder, for the compiling child (drkernel.env.precompile)
+            from drkernel.env.precompile import triton_target
+
+            self._triton = triton_target()
+        except Exception:  # noqa: BLE001 - no compiling ahead: the first call compiles
+            self._triton = None
 
     # -- requests -----------------------------------------------------------------------------------
     def op_load(self, req: Any) -> Any:
@@ -197,6 +204,8 @@ class Harness:
         self._confine(req)
         lap("confine")
         self.auditor.enforcing = True
+        compile_pid = self._fork_compiler(req, args, kwargs)  # before any candidate code runs here
+        lap("fork_compiler")
         try:
             module = import_file(self.candidate_file)
         except BaseException as exc:  # noqa: BLE001 - any failure of the candidate is a result
@@ -226,19 +235,24 @@ class Harness:
                 "nothing may be derived from them in __init__."))
         self.params_reloadable_buffers = mine[1] == want[1]
         self._keep_initial()
+        if self.device == "cuda":
+            torch.cuda.synchronize()  # nothing the candidate queued runs on while the grader awaits the child
         self.finish_request(full=True)
         lap("fingerprint")
         return LoadReply(load_s=_perf() - t0, buffers_reloaded=self.params_reloadable_buffers,
-                         isolation=self.isolation, phases_s=phases)
+                         isolation=self.isolation, phases_s=phases, compile_pid=compile_pid)
 
-    def op_precompile(self, req: Any) -> Any:
-        """Compile the candidate's kernels ahead in a child without GPU (drkernel.env.precompile)."""
-        from drkernel.env.precompile import precompile
-        from drkernel.env.protocol import PrecompileReply
+    def _fork_compiler(self, req: Any, args: list[Any], kwargs: dict[str, Any]) -> int:
+        """The compiling child (drkernel.env.precompile), forked before the candidate is imported;
+        0 when there is none (a CPU, off, or the fork failed: the first call compiles)."""
+        if not req.precompile or self.device != "cuda" or self._triton is None:
+            return 0
+        from drkernel.env.precompile import fork_compiler
 
-        if self.role != "candidate" or self.model is None or self.device != "cuda":
-            return PrecompileReply(complete=False, reason="nothing to compile ahead here")
-        return PrecompileReply(**precompile(self, float(req.timeout_s)))
+        try:
+            return fork_compiler(self, *self._triton, (args, kwargs))
+        except Exception:  # noqa: BLE001
+            return 0
 
     def op_run(self, req: Any) -> Any:
         """One checked call on inputs ``draw_inputs(seed, distribution)``."""
@@ -564,8 +578,7 @@ def _same_bits(a: Any, b: Any) -> bool:
 
 
 #: Stage a failure of each request is reported at.
-OP_STAGES = {"load": "compile", "precompile": "compile", "run": "correctness", "time": "timing",
-             "events": "profiling"}
+OP_STAGES = {"load": "compile", "run": "correctness", "time": "timing", "events": "profiling"}
 
 
 def main(argv: list[str]) -> int:

@@ -263,7 +263,7 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
                "spread_max": worst[1], "spread_worst_task": worst[0], "spread_by_task": spreads,
                "times_ms": times, "stage_mean_s": stages, "worker_phase_mean_s": phases,
                "worker_parts_mean_s": parts, "gpu_gate_mean": gate,
-               "precompile": {"evaluations": len(precompiled), "complete": sum(bool(p.get("complete")) for p in precompiled),
+               "precompile": {"evaluations": len(precompiled), "finished": sum(bool(p.get("finished")) for p in precompiled),
                               "mean_s": statistics.mean(p.get("seconds", 0.0) for p in precompiled) if precompiled else None,
                               "reasons": sorted({str(p.get("reason")) for p in precompiled if p.get("reason")})[:5]},
                "sm_clock": clocks, "spares": pool_spares, "worker_starts": len(starts), "worker_start_mean_s": start_mean}

@@ -57,44 +57,43 @@ def get_inputs():
     return [torch.randn(1 << 20)]
 '''
 
-# Runs in a fresh interpreter (the test session runs Triton's interpreter, which compiles nothing).
+# Runs in a fresh interpreter (the test session runs Triton's interpreter, which compiles nothing):
+# forks the compiling child as the worker does, awaits it as the grader does, then launches as the
+# worker's first call would (compile-only here: no GPU) and counts what it had to compile anew.
 DRIVER = '''
 import json, os, sys, time, types, importlib.util
 from pathlib import Path
 from triton.backends.compiler import GPUTarget
-from drkernel.env.precompile import precompile
+from drkernel.env.precompile import CompileOnlyDriver, EXIT_DONE, await_compiler, fork_compiler
 
 work = Path(sys.argv[1])
-def load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-cand = load("candidate", work / "candidate.py")
-task = load("task", work / "task.py")
-h = types.SimpleNamespace(workdir=work, model=cand.ModelNew(), loaded=types.SimpleNamespace(module=task))
+spec = importlib.util.spec_from_file_location("task", work / "task.py")
+task = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(task)
+h = types.SimpleNamespace(workdir=work, candidate_file=str(work / "candidate.py"), entry_point="Model",
+                          loaded=types.SimpleNamespace(module=task))
 target = GPUTarget("cuda", 90, 32)
-report = precompile(h, float(sys.argv[2]), target=target)
+pid = fork_compiler(h, target, None, ([], {}), require_landlock=False)
+waited = await_compiler(pid, os.getpgid(0), float(sys.argv[2]))
+status = os.waitpid(pid, 0)[1]
+code = os.waitstatus_to_exitcode(status)
 hits = None
-if report["complete"]:
-    # the parent's own first launch: the same key, found in the cache the child filled
+if code == EXIT_DONE:
     from triton.runtime import driver
     from triton.runtime.jit import JITFunction
-    from drkernel.env.precompile import CompileOnlyDriver
     driver.set_active(CompileOnlyDriver(target))
     before = set(os.listdir(os.environ["TRITON_CACHE_DIR"]))
     run = JITFunction.run
     JITFunction.run = lambda self, *a, grid, warmup, **k: run(self, *a, grid=grid, warmup=True, **k)
     import torch
-    t = time.perf_counter()
-    meta = {n: torch.empty(p.shape, device="meta") for n, p in h.model.named_parameters()}
-    try:
-        torch.func.functional_call(h.model, meta, (torch.empty(1 << 20, device="meta"),))
-    except RuntimeError:  # a forward that reads values stops here too
-        pass
-    hits = {"new_entries": len(set(os.listdir(os.environ["TRITON_CACHE_DIR"])) - before),
-            "seconds": time.perf_counter() - t}
-print(json.dumps({"report": report, "hits": hits, "open_fd": int(sys.argv[3])}))
+    cand_spec = importlib.util.spec_from_file_location("candidate", work / "candidate.py")
+    cand = importlib.util.module_from_spec(cand_spec)
+    cand_spec.loader.exec_module(cand)
+    with torch.device("meta"):
+        model = cand.ModelNew()
+        model(torch.empty(1 << 20))
+    hits = {"new_entries": len(set(os.listdir(os.environ["TRITON_CACHE_DIR"])) - before)}
+print(json.dumps({"waited": waited, "exit": code, "hits": hits}))
 '''
 
 
@@ -128,25 +127,38 @@ def _readable(fd: int) -> bool:
 
 def test_kernels_compile_ahead_and_the_first_launch_finds_them(tmp_path):
     data = _run(tmp_path, "pass")
-    assert data["report"]["complete"], data
-    assert data["report"]["kernels"] >= 3  # the plain kernel and both autotune configs
+    assert data["waited"]["finished"] and data["exit"] == 0, data
     assert data["hits"]["new_entries"] == 0  # nothing compiled again: the first launch hit the cache
+    assert len(list((tmp_path / "triton-cache").iterdir())) >= 3  # the kernel and both autotune configs
 
 
 def test_a_child_that_hangs_is_killed_at_the_time_limit(tmp_path):
     data = _run(tmp_path, "while True: pass", timeout_s=3.0)
-    assert not data["report"]["complete"] and data["report"]["reason"] == "time limit"
-    assert data["report"]["seconds"] < 10
+    assert not data["waited"]["finished"] and data["waited"]["reason"] == "time limit"
+    assert data["waited"]["seconds"] < 10 and data["exit"] == -9  # killed by the grader's side
 
 
 def test_the_child_holds_none_of_its_parents_descriptors(tmp_path):
     data = _run(tmp_path, "import os, sys; os.write(int(sys.argv[3]), b'leak')")
     assert data["leaked"] == b""  # the parent's pipe (as the protocol socket or the stage) was closed
-    assert not data["report"]["complete"] and "OSError" in data["report"]["reason"]
+    assert data["waited"]["finished"] and data["exit"] == 2  # the forward raised: compiled nothing more
 
 
 def test_a_forward_that_reads_values_compiles_what_it_reached(tmp_path):
-    # .item() has no value on a meta tensor: the child stops there; the kernels before it compiled
-    data = _run(tmp_path, "pass\n        out = torch.empty_like(x)\n        relu_kernel[(1,)](x, out, x.numel(), "
+    # .item() has no value on a meta tensor: the child stops there; the kernel before it compiled
+    data = _run(tmp_path, "out = torch.empty_like(x)\n        relu_kernel[(1,)](x, out, x.numel(), "
                           "BLOCK=1024)\n        if out.sum().item() > 0: pass")
-    assert data["report"]["kernels"] >= 1
+    assert data["exit"] == 2 and len(list((tmp_path / "triton-cache").iterdir())) >= 1
+
+
+def test_a_pid_outside_the_workers_group_is_neither_awaited_nor_killed():
+    from drkernel.env.precompile import await_compiler
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+    try:
+        out = await_compiler(other.pid, os.getpgid(0), 1.0)  # e.g. a forged pid in the load's reply
+        assert not out["finished"] and "process group" in out["reason"]
+        assert other.poll() is None  # not killed
+    finally:
+        other.kill()
+        other.wait()

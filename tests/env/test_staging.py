@@ -14,9 +14,9 @@ from drkernel.env.tensor_io import TensorIOError, read_tensor, write_tensor
 @pytest.fixture
 def pair():
     """The grader's stage and a worker's view of the same memfd (as a child receives it)."""
-    grader = Stage.create(size=64 << 20)
-    worker = Stage.attach(os.dup(grader.fd))
-    grader.reserve(8 << 20, cuda=False)
+    grader = Stage.create(limit=64 << 20)
+    worker = Stage.attach(os.dup(grader.fd))  # at the worker's start: the stage is still empty
+    grader.reserve(8 << 20, cuda=False)  # at the load: sized once and sealed
     worker.reserve(8 << 20, cuda=False)
     yield grader, worker
     worker.close()
@@ -69,6 +69,21 @@ def test_an_unsealed_file_is_not_accepted_as_a_stage():
         os.close(fd)
 
 
+def test_the_stage_is_sized_by_the_grader_once_and_never_grows():
+    grader = Stage.create(limit=4 << 20)
+    worker = Stage.attach(os.dup(grader.fd))
+    try:
+        with pytest.raises(StageError, match="not sized"):
+            worker.reserve(1 << 20, cuda=False)  # before the grader reserved: nothing to map
+        assert grader.reserve(64 << 20, cuda=False) == 4 << 20  # capped at the limit
+        assert os.fstat(grader.fd).st_size == 4 << 20
+        with pytest.raises(PermissionError):
+            os.posix_fallocate(worker.fd, 0, 64 << 20)  # no memory parked in it beyond the reservation
+    finally:
+        worker.close()
+        grader.close()
+
+
 @pytest.mark.parametrize("desc,match", [
     ({"stage": 8 << 20, "dtype": "float32", "shape": [1]}, "outside the reserved"),  # past the reservation
     ({"stage": 0, "dtype": "float32", "shape": [(8 << 20) // 4 + 1]}, "outside the reserved"),
@@ -103,8 +118,10 @@ def test_the_stage_of_a_graded_candidate_is_released(monkeypatch):
     from drkernel.env.sandbox import CandidateProcess
 
     proc = CandidateProcess("cpu").wait_ready(120)
+    import fcntl
+
     fd = proc.stage.fd
-    assert os.fstat(fd).st_size == staging.STAGE_BYTES
+    assert fcntl.fcntl(fd, fcntl.F_GET_SEALS) & fcntl.F_SEAL_SHRINK
     proc.close()
     assert proc.stage.fd == -1
     with pytest.raises(OSError):

@@ -228,7 +228,7 @@ def test_kernels_compile_ahead_without_a_gpu_and_the_first_call_loads_them():
     on = run("relu_big.py", "relu_honest.py")
     assert on.passed, on.feedback
     pre = on.details["precompile"]
-    assert pre["complete"] and pre["kernels"] >= 1, pre
+    assert pre["finished"], pre
     first = on.details["worker_parts_s"]["first_run"]["call"]
     off = run("relu_big.py", "relu_honest.py", precompile_timeout_s=0)
     assert off.passed and "precompile" not in off.details
