@@ -119,13 +119,17 @@ _GATES_GUARD = threading.Lock()
 
 SHORT_OF_MEMORY = 0.25
 """The grader gives its cached GPU memory back (``empty_cache``) when less than this share of the
-device is free: emptying the cache frees memory with ``cudaFree``, which waits for the whole device,
-so it is not done after every evaluation."""
+device is free, or when its own cache holds more than :data:`GRADER_CACHE_SHARE` of the device:
+emptying the cache frees memory with ``cudaFree``, which waits for the whole device, so it is not
+done after every evaluation; the cap keeps what a candidate can allocate from depending much on
+what the grader did before."""
+GRADER_CACHE_SHARE = 0.2
 
 
 def _release_if_short(device: str) -> None:
-    free, total = torch.cuda.mem_get_info(torch.device(device))
-    if free < SHORT_OF_MEMORY * total:
+    dev = torch.device(device)
+    free, total = torch.cuda.mem_get_info(dev)
+    if free < SHORT_OF_MEMORY * total or torch.cuda.memory_reserved(dev) > GRADER_CACHE_SHARE * total:
         torch.cuda.empty_cache()
 
 

@@ -235,8 +235,6 @@ class Harness:
                 "nothing may be derived from them in __init__."))
         self.params_reloadable_buffers = mine[1] == want[1]
         self._keep_initial()
-        if self.device == "cuda":
-            torch.cuda.synchronize()  # nothing the candidate queued runs on while the grader awaits the child
         self.finish_request(full=True)
         lap("fingerprint")
         return LoadReply(load_s=_perf() - t0, buffers_reloaded=self.params_reloadable_buffers,
@@ -607,6 +605,10 @@ def main(argv: list[str]) -> int:
                                                  fault="harness")))
         return 3
     send, recv, encode, decode = conn.send_bytes, conn.recv_bytes, P.encode_reply, P.decode_envelope
+    import gc
+
+    gc_isenabled, gc_disable, gc_enable = gc.isenabled, gc.disable, gc.enable  # bound before any candidate code
+    cuda_sync = harness.torch.cuda.synchronize if device.startswith("cuda") else None
     while True:
         try:
             raw = recv()
@@ -631,7 +633,20 @@ def main(argv: list[str]) -> int:
             fault = "candidate" if harness.candidate_file is not None else "harness"
             reply = P.Failure(stage=stage, error=trim_traceback(exc, harness.candidate_file), fault=fault)
         harness.finish_request(full=False)
-        send(encode(reply, harness.take_findings(), nonce))
+        data = encode(reply, harness.take_findings(), nonce)
+        # The reply ends the request's hold of the GPU gate in the grader: code of the candidate's that
+        # ran since its last call (a weakref callback as the op's frame let go of an object, a
+        # finaliser on a collection while the reply was built) may have queued GPU work; it finishes
+        # before the reply leaves, with no collection between the wait and the send.
+        collecting = gc_isenabled()
+        gc_disable()
+        try:
+            if cuda_sync is not None:
+                cuda_sync()
+            send(data)
+        finally:
+            if collecting:
+                gc_enable()
 
 
 if __name__ == "__main__":
