@@ -53,6 +53,8 @@ def _laps(into: dict[str, float]) -> Any:
         last[0] = now
 
     return lap
+
+
 #: Bytes of earlier calls' inputs a worker keeps alive (:meth:`Harness._keep_alive`).
 KEEP_BYTES = {"cuda": 1 << 30, "cpu": 512 << 20}
 
