@@ -49,9 +49,11 @@ CONDITION_ULPS = 64.0
 """Multiple of the reference's own rounding sensitivity allowed per element (module docstring)."""
 
 
-def _rms(finite: torch.Tensor) -> float:
-    """Root-mean-square of a widened tensor's (finite) elements."""
-    return float(finite.abs().pow(2).mean().sqrt())
+def _rms(rabs: torch.Tensor, finite: torch.Tensor, n_finite: torch.Tensor) -> torch.Tensor:
+    """Root-mean-square over the finite elements (``finite``, ``n_finite`` of them) of a widened
+    tensor given as its magnitudes ``rabs``: a float64 scalar on the device (no read back)."""
+    zero = torch.zeros((), dtype=torch.float64, device=rabs.device)
+    return (torch.where(finite, rabs.pow(2), zero).sum() / n_finite.clamp_min(1)).sqrt()
 
 
 def reference_rms(ref: torch.Tensor) -> float | None:
@@ -60,8 +62,10 @@ def reference_rms(ref: torch.Tensor) -> float | None:
     if ref.numel() == 0 or not (ref.is_floating_point() or ref.is_complex()):
         return None
     r = ref.detach().to(torch.complex128 if ref.is_complex() else torch.float64)
-    rf = r[torch.isfinite(r)]
-    return _rms(rf) if rf.numel() else None
+    finite = torch.isfinite(r)
+    n_finite = finite.sum()
+    rms, n = torch.stack([_rms(r.abs(), finite, n_finite), n_finite.to(torch.float64)]).tolist()
+    return rms if n else None
 
 
 def compare_outputs(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
@@ -94,7 +98,7 @@ def compare_outputs(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: flo
     zero = torch.zeros((), dtype=torch.float64, device=r.device)
     n_finite = ref_finite.sum()
     if scale is None:
-        rms_t = (torch.where(ref_finite, rabs.pow(2), zero).sum() / n_finite.clamp_min(1)).sqrt()
+        rms_t = _rms(rabs, ref_finite, n_finite)
     else:
         rms_t = torch.tensor(float(scale), dtype=torch.float64, device=r.device)
     err = torch.where(both, (o - r).abs(), zero)

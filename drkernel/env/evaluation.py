@@ -402,9 +402,9 @@ class Evaluation:
         task = self.prepared.task
         params, buffers = self.prepared.shapes(self.plan.init_seed)
         stage_bytes = 0
-        if getattr(self.proc, "stage", None) is not None:
+        if self._stage() is not None:
             with self.clock.part("stage_map"):
-                stage_bytes = self.proc.stage.reserve(self._stage_bytes(), cuda=self.cuda)
+                stage_bytes = self._stage().reserve(self._stage_bytes(), cuda=self.cuda)
         reply = self._request(LoadRequest(
             role="candidate", task_source=task.source, task_name=task.name, candidate_file=str(cand),
             device="cuda" if self.cuda else "cpu", task_size=self.prepared.task_size,

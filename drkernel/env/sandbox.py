@@ -96,6 +96,15 @@ def thread_run_ns(pid: int) -> dict[int, int]:
     return out
 
 
+def proc_stat(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after ``pid (comm)``: state, ppid, pgrp, ... (None: gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def _group_pids(pgid: int, max_age_s: float = 0.0) -> list[int]:
     """The processes of group ``pgid``, from a scan of /proc at most ``max_age_s`` old: every
     candidate's memory watcher asks once a second, and with 24 of them (16 spares, 8 evaluations)
@@ -107,11 +116,10 @@ def _group_pids(pgid: int, max_age_s: float = 0.0) -> list[int]:
             try:
                 for entry in os.listdir("/proc"):
                     if entry.isdigit():
+                        fields = proc_stat(entry)
                         try:
-                            with open(f"/proc/{entry}/stat") as fh:
-                                fields = fh.read().rsplit(")", 1)[1].split()
                             groups.setdefault(int(fields[2]), []).append(int(entry))
-                        except (OSError, ValueError, IndexError):
+                        except (TypeError, ValueError, IndexError):
                             continue
             except OSError:
                 pass

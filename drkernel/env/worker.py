@@ -122,15 +122,8 @@ class Harness:
     # -- warm start (no candidate yet) --------------------------------------------------------------
     def warm_cuda(self) -> None:
         """CUDA context, the launch budget, the fences, the flush buffer, the profiler's accessors."""
-        torch, parts = self.torch, self.start_parts
-        t = _perf()
-
-        def lap(name: str) -> None:
-            nonlocal t
-            now = _perf()
-            parts[name] = round(now - t, 4)
-            t = now
-
+        torch = self.torch
+        lap = _laps(self.start_parts)
         torch.cuda.init()
         torch.empty(1, device="cuda")
         lap("cuda_context")

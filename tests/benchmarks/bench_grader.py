@@ -197,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _add_mean(into: dict[str, float], values: dict[str, float], n: int) -> None:
+    """Add each value's share of a mean over ``n`` evaluations."""
+    for k, v in values.items():
+        into[k] = into.get(k, 0.0) + v / n
+
+
 def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show, spares: int | None = None) -> list[dict]:
     """Evaluations/min and per-kernel timing spread under load, for each grader capacity.
 
@@ -236,15 +242,12 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
             with ThreadPoolExecutor(max_workers=cap) as pool:
                 for tid, r in pool.map(one, range(len(jobs) * rounds)):
                     passed += r.passed
-                    for k, v in r.details.get("stage_seconds", {}).items():
-                        stages[k] = stages.get(k, 0.0) + v / (len(jobs) * rounds)
-                    for k, v in r.details.get("timing", {}).get("worker_phases_s", {}).items():
-                        phases[k] = phases.get(k, 0.0) + v / (len(jobs) * rounds)
+                    n = len(jobs) * rounds
+                    _add_mean(stages, r.details.get("stage_seconds", {}), n)
+                    _add_mean(phases, r.details.get("timing", {}).get("worker_phases_s", {}), n)
                     for req, d in r.details.get("worker_parts_s", {}).items():
-                        for k, v in d.items():
-                            parts.setdefault(req, {})[k] = parts.get(req, {}).get(k, 0.0) + v / (len(jobs) * rounds)
-                    for k, v in r.details.get("gpu_gate", {}).items():
-                        gate[k] = gate.get(k, 0.0) + v / (len(jobs) * rounds)
+                        _add_mean(parts.setdefault(req, {}), d, n)
+                    _add_mean(gate, r.details.get("gpu_gate", {}), n)
                     pre = r.details.get("precompile")
                     if pre:
                         precompiled.append(pre)
