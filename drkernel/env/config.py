@@ -88,14 +88,11 @@ class EvalConfig:
     # -- isolation --------------------------------------------------------------------------
     load_timeout_s: float = 120.0
     """Deadline for importing the candidate and building ModelNew (Triton compiles lazily, at launch)."""
-    precompile_timeout_s: float = 0.0
-    """On a GPU: how long the grader waits, outside the GPU gate, for the compiling child the worker
-    forks before importing the candidate (:mod:`drkernel.env.precompile`); what the child does not
-    reach in that time compiles in the first call. 0 (the default): no compiling child. **Not safe
-    against hostile candidates yet**: the child is forked from a process that holds the GPU (its
-    device mappings survive the fork) and can leave the worker's process group; turn it on only for
-    candidates you trust (e.g. benchmarking reference solutions) until the compiler runs in a process
-    that never had the GPU."""
+    precompile_timeout_s: float = 10.0
+    """On a GPU: how long the grader waits, outside the GPU gate, for the compiler forked from the
+    worker's zygote beside the load (:mod:`drkernel.env.precompile`: a process that never had a GPU,
+    confined and audited like the worker, in its own process group); what it does not reach in that
+    time compiles in the first call. 0: no compiler (workers started by exec have none either)."""
     call_timeout_s: float = 120.0
     """Deadline for one correctness call (includes Triton JIT compilation on first launch)."""
     timing_timeout_s: float = 300.0

@@ -15,6 +15,10 @@ What it confines (each only where the kernel supports it; :func:`confine` says w
 * **Network**: TCP bind and connect are refused (Landlock ABI >= 4).
 * **Signals and abstract UNIX sockets** outside the process (ABI >= 6): the candidate cannot signal
   the grader, the zygote or other workers.
+* **The process group**: ``setsid`` and ``setpgid`` are refused by a seccomp filter on every thread
+  (:mod:`drkernel.env.seccomp`), so the process and everything it starts stay in the group whose
+  memory the grader counts and which it kills at the end (where seccomp applies, with or without
+  Landlock).
 
 The process also gets ``TMPDIR``, ``HOME`` and the CUDA JIT cache pointed into the work directory,
 and ``PR_SET_NO_NEW_PRIVS``. Landlock confines the calling thread and the threads and processes
@@ -118,6 +122,15 @@ def confine(workdir: str, extra_read: list[str] | None = None, devices: bool = T
     (Landlock layers stack: each can only take rights away).
 
     Never raises: a kernel without Landlock gives ``{"landlock": 0, ...}``."""
+    from drkernel.env.seccomp import fix_process_group
+
+    report = _landlock(workdir, extra_read, devices)
+    why_not = fix_process_group()
+    report["process_group"] = why_not or "fixed (setsid, setpgid refused)"
+    return report
+
+
+def _landlock(workdir: str, extra_read: list[str] | None, devices: bool) -> dict[str, Any]:
     report: dict[str, Any] = {"landlock": 0, "writes": "unrestricted", "reads": "unrestricted", "network": "open",
                               "signals": "open"}
     abi = landlock_abi()

@@ -405,14 +405,13 @@ class Evaluation:
         if self._stage() is not None:
             with self.clock.part("stage_map"):
                 stage_bytes = self._stage().reserve(self._stage_bytes(), cuda=self.cuda)
+        self._start_compiler(cand)
         reply = self._request(LoadRequest(
             role="candidate", task_source=task.source, task_name=task.name, candidate_file=str(cand),
             device="cuda" if self.cuda else "cpu", task_size=self.prepared.task_size,
             entry_point=task.entry_point, init_seed=self.plan.init_seed, kernel_suffix=self.plan.kernel_suffix,
             parameter_shapes=params, buffer_shapes=buffers, launch_budget_ms=self.config.launch_budget_ms,
-            stage_bytes=stage_bytes, precompile=self.cuda and self.config.precompile_timeout_s > 0),
-            self.config.load_timeout_s, "load_compile")
-        self._compile_pid = reply.body.compile_pid
+            stage_bytes=stage_bytes), self.config.load_timeout_s, "load_compile")
         self.result.compiled = True
         self._worker_parts("load", reply.body.phases_s)
         self.completed.add(Stage.COMPILE)
@@ -423,20 +422,43 @@ class Evaluation:
                 self.refs = {("trial", k): self.prepared.reference(self.plan.init_seed, TrialKey(s, d), r, False)
                              for k, (d, s, _, r) in enumerate(self.plan.trials)}
 
+    def _start_compiler(self, candidate_file: Any) -> None:
+        """On a GPU: fork the compiler for this worker's directory from its zygote
+        (:mod:`drkernel.env.precompile`), to run beside the load. None when off, or for a worker
+        started by exec; a zygote that cannot fork only means the first call compiles."""
+        self._compiler = None
+        if not self.cuda or self.config.precompile_timeout_s <= 0:
+            return
+        from drkernel.env.precompile import cuda_target, job
+
+        task = self.prepared.task
+        try:
+            with self.clock.part("precompile_start"):
+                self._compiler = self.proc.start_compiler(job(
+                    candidate_file=str(candidate_file), task_source=task.source, task_name=task.name,
+                    entry_point=task.entry_point, task_size=self.prepared.task_size, init_seed=self.plan.init_seed,
+                    kernel_suffix=self.plan.kernel_suffix, target=cuda_target(self.device),
+                    timeout_s=self.config.precompile_timeout_s))
+        except RuntimeError as exc:
+            self.result.details["precompile"] = {"finished": False, "complete": False, "reason": str(exc)[:200]}
+        if self._compiler is None and "precompile" not in self.result.details:
+            self.result.details["precompile"] = {"finished": False, "complete": False,
+                                                 "reason": "workers start by exec: no zygote to fork a compiler"}
+
     def _precompile(self) -> None:
-        """On a GPU: wait for the compiling child the worker forked before importing the candidate
-        (:mod:`drkernel.env.precompile`) outside the GPU gate: the worker is idle, its device
-        synchronised, the child without GPU. The first call then loads the kernels instead of
-        compiling them in the gate's shared side. Diagnostics only, never a verdict."""
-        pid = getattr(self, "_compile_pid", 0)
-        if not self.cuda or not pid:
+        """On a GPU: wait for the compiler (:mod:`drkernel.env.precompile`) outside the GPU gate,
+        while the worker is idle with its device synchronised, then kill its process group. The
+        first call then loads the kernels instead of compiling them in the gate's shared side.
+        Diagnostics only, never a verdict."""
+        compiler, self._compiler = getattr(self, "_compiler", None), None
+        if compiler is None:
             return
         from drkernel.env.precompile import await_compiler
 
         with self.clock.part("precompile"):
-            self.result.details["precompile"] = await_compiler(pid, self.proc.pgid,
-                                                                min(self.config.precompile_timeout_s,
-                                                                    max(self._deadline - time.monotonic(), 0.0)))
+            self.result.details["precompile"] = await_compiler(
+                compiler, min(self.config.precompile_timeout_s, max(self._deadline - time.monotonic(), 0.0)),
+                self.config.memory_limit_mb << 20)
         self._check_cancel()
 
     def _correctness(self) -> None:
@@ -882,6 +904,11 @@ class Evaluation:
             self.result.error = EvalError(stage.value, _clip(message))
 
     def _close(self) -> None:
+        compiler, self._compiler = getattr(self, "_compiler", None), None
+        if compiler is not None:  # the evaluation stopped before awaiting it
+            from drkernel.env.precompile import kill_group
+
+            kill_group(compiler.pid)
         proc, self.proc = self.proc, None
         if proc is not None:
             self.result.details["output_bytes"] = proc.output_bytes

@@ -72,8 +72,6 @@ class LoadRequest:
     launch_budget_ms: float = 1.0
     stage_bytes: int = 0
     """Bytes of the output stage the grader reserved for this candidate's outputs (0: files only)."""
-    precompile: bool = False
-    """GPU: fork the compiling child before the import (:mod:`drkernel.env.precompile`)."""
 
 
 @dataclass(frozen=True)
@@ -178,8 +176,6 @@ class LoadReply:
     """What confines the candidate's process (Landlock ABI, what is refused), for the record."""
     phases_s: dict[str, float] = field(default_factory=dict)
     """The worker's own timers of the load's parts (diagnostics; the candidate could forge them)."""
-    compile_pid: int = 0
-    """The compiling child's pid (0: none); trusted by the grader only inside the worker's group."""
 
 
 @dataclass

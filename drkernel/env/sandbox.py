@@ -127,6 +127,11 @@ def _group_pids(pgid: int, max_age_s: float = 0.0) -> list[int]:
         return list(_GROUPS["map"].get(pgid, ()))
 
 
+def group_rss_bytes(pgid: int) -> int:
+    """Resident bytes of the processes of group ``pgid`` (the member list at most 0.5 s old)."""
+    return sum(_rss_bytes(p) for p in set(_group_pids(pgid, max_age_s=0.5)) | {pgid})
+
+
 _GROUPS: dict[str, Any] = {"at": 0.0, "map": {}}
 _GROUPS_LOCK = threading.Lock()
 
@@ -152,7 +157,7 @@ class CandidateProcess:
         if start is not None and start not in START_METHODS:
             raise ValueError(f"start must be one of {START_METHODS}, got {start!r}")
         self.start_method = start or start_method_default()  # before anything is created
-        env = worker_env(device)
+        self.env = env = worker_env(device)
         self.device = device
         self.workdir = Path(tempfile.mkdtemp(prefix="drkernel-", dir=workdir_root or workdir_root_default()))
         self.memory_limit = memory_limit_mb << 20
@@ -228,6 +233,15 @@ class CandidateProcess:
         self.hello = reply.body
         self.start_s = time.monotonic() - self.started_at
         return self
+
+    def start_compiler(self, job: dict[str, Any]) -> Any:
+        """A compiler for this worker's directory (:mod:`drkernel.env.precompile`), forked from the
+        zygote this worker came from; None for a worker started by exec (no zygote to fork from)."""
+        if self.start_method != "zygote":
+            return None
+        from drkernel.env.zygote import spawn_compiler
+
+        return spawn_compiler(self.env, str(self.workdir), job)
 
     def cpu_seconds(self) -> tuple[float, float] | None:
         """``(process, main thread)`` CPU seconds so far (:func:`cpu_seconds`); None when gone."""

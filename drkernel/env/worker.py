@@ -84,7 +84,6 @@ class Harness:
         self.auditor = Auditor()
         self.spot = SpotChannel(fd)
         self.stage = None  # drkernel.env.staging.Stage: the shared output stage, mapped at load
-        self._triton: tuple[Any, Any] | None = None  # (target, launcher class): drkernel.env.precompile
         if stage_fd is not None:
             from drkernel.env.staging import Stage
 
@@ -151,12 +150,6 @@ class Harness:
         with profile(activities=[ProfilerActivity.CUDA]):  # CUPTI's one-time start-up cost, ahead
             torch.empty(1, device="cuda")
         lap("cupti")
-        try:  # Triton's target and launcher builder, for the compiling child (drkernel.env.precompile)
-            from drkernel.env.precompile import triton_target
-
-            self._triton = triton_target()
-        except Exception:  # noqa: BLE001 - no compiling ahead: the first call compiles
-            self._triton = None
 
     # -- requests -----------------------------------------------------------------------------------
     def op_load(self, req: Any) -> Any:
@@ -199,8 +192,6 @@ class Harness:
         self._confine(req)
         lap("confine")
         self.auditor.enforcing = True
-        compile_pid = self._fork_compiler(req, args, kwargs)  # before any candidate code runs here
-        lap("fork_compiler")
         try:
             module = import_file(self.candidate_file)
         except BaseException as exc:  # noqa: BLE001 - any failure of the candidate is a result
@@ -233,19 +224,7 @@ class Harness:
         self.finish_request(full=True)
         lap("fingerprint")
         return LoadReply(load_s=_perf() - t0, buffers_reloaded=self.params_reloadable_buffers,
-                         isolation=self.isolation, phases_s=phases, compile_pid=compile_pid)
-
-    def _fork_compiler(self, req: Any, args: list[Any], kwargs: dict[str, Any]) -> int:
-        """The compiling child (drkernel.env.precompile), forked before the candidate is imported;
-        0 when there is none (a CPU, off, or the fork failed: the first call compiles)."""
-        if not req.precompile or self.device != "cuda" or self._triton is None:
-            return 0
-        from drkernel.env.precompile import fork_compiler
-
-        try:
-            return fork_compiler(self, *self._triton, (args, kwargs))
-        except Exception:  # noqa: BLE001
-            return 0
+                         isolation=self.isolation, phases_s=phases)
 
     def op_run(self, req: Any) -> Any:
         """One checked call on inputs ``draw_inputs(seed, distribution)``."""

@@ -22,6 +22,9 @@ Protocol on the control socket (grader <-> zygote, one zygote per device environ
 * grader -> zygote: ``{"workdir": path, "env": {...}}`` with two or three file descriptors
   attached (the child's protocol socket, the write end of its output pipe, and its output stage,
   :mod:`drkernel.env.staging`); zygote -> grader: ``{"pid": pid}``;
+* grader -> zygote: ``{"workdir": path, "env": {...}, "compile": {...}}`` with no descriptor: fork a
+  *compiler* for that work directory (:mod:`drkernel.env.precompile`: the candidate's Triton kernels
+  compiled ahead, in a process that never had a GPU); zygote -> grader: ``{"pid": pid}``;
 * zygote -> grader, whenever a child ends: ``{"exit": pid, "status": code}`` (``code`` as
   :attr:`subprocess.Popen.returncode`: negative = killed by that signal).
 
@@ -50,7 +53,8 @@ PRELOAD = ("numpy", "torch", "torch.profiler", "torch.utils._python_dispatch", "
            "triton.runtime.cache", "drkernel.env.worker", "drkernel.env.protocol", "drkernel.env.launches",
            "drkernel.env.tensor_io", "drkernel.env.compare", "drkernel.env.profiling", "drkernel.env.task",
            "drkernel.env.timing", "drkernel.env.budget", "drkernel.env.audit", "drkernel.env.confine",
-           "drkernel.env.triton_cache", "drkernel.env.hacks", "drkernel.env.faults")
+           "drkernel.env.triton_cache", "drkernel.env.hacks", "drkernel.env.faults", "drkernel.env.seccomp",
+           "drkernel.env.precompile")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -96,6 +100,30 @@ def _child(proto_fd: int, out_fd: int, workdir: str, env: dict[str, str] | None,
         except Exception:  # noqa: BLE001
             pass
         os._exit(code)
+
+
+def _compiler(workdir: str, env: dict[str, str] | None, job: dict[str, Any], ctl: socket.socket) -> None:
+    """In the forked child: compile the candidate's kernels ahead (drkernel.env.precompile). Never
+    returns (``os._exit``); nothing it prints reaches the grader."""
+    code = 70
+    try:
+        os.setsid()  # its own process group: the grader counts its memory and kills it by that group
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        ctl.close()
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.close(devnull)
+        os.chdir(workdir)
+        from drkernel.env.precompile import compile_main
+
+        code = compile_main(workdir, job)
+    except BaseException:  # noqa: BLE001 - the zygote must not continue here
+        pass
+    os._exit(code)
 
 
 def _status(raw: int) -> int:
@@ -147,15 +175,17 @@ def serve(fd: int) -> int:
             if not msg:
                 return 0  # the grader is gone; running children notice through their own sockets
             req = json.loads(msg)
-            if len(fds) not in (2, 3):
+            compiler = "compile" in req
+            if len(fds) not in ((0,) if compiler else (2, 3)):
                 for f in fds:
                     os.close(f)
-                _send(ctl, {"pid": None, "error": f"expected 2 or 3 file descriptors, got {len(fds)}"})
+                _send(ctl, {"pid": None, "error": f"unexpected number of file descriptors: {len(fds)}"})
                 continue
-            proto_fd, out_fd, stage_fd = fds[0], fds[1], (fds[2] if len(fds) == 3 else None)
             pid = os.fork()
             if pid == 0:
-                _child(proto_fd, out_fd, req["workdir"], req.get("env"), ctl, stage_fd)
+                if compiler:
+                    _compiler(req["workdir"], req.get("env"), req["compile"], ctl)
+                _child(fds[0], fds[1], req["workdir"], req.get("env"), ctl, fds[2] if len(fds) == 3 else None)
             for f in fds:
                 os.close(f)
             _send(ctl, {"pid": pid})
@@ -304,23 +334,36 @@ class Zygote:
         The caller closes its copy of ``proto_fd``. Raises RuntimeError when the zygote is gone."""
         read_end, write_end = os.pipe()
         try:
-            with self._lock:
-                if not self.alive:
-                    raise RuntimeError("zygote is not running")
-                try:
-                    socket.send_fds(self._sock, [json.dumps({"workdir": workdir, "env": env}).encode()],
-                                    [proto_fd, write_end] + ([stage_fd] if stage_fd is not None else []))
-                except OSError as exc:
-                    raise RuntimeError(f"zygote unreachable: {exc}") from exc
-                reply = self._reply(timeout_s, "spawn")
-            if not reply.get("pid"):
-                raise RuntimeError(f"zygote could not fork: {reply.get('error', reply)}")
+            pid = self._fork({"workdir": workdir, "env": env},
+                             [proto_fd, write_end] + ([stage_fd] if stage_fd is not None else []), timeout_s)
         except BaseException:
             os.close(read_end)
             raise
         finally:
             os.close(write_end)
-        child = ZygoteChild(reply["pid"], os.fdopen(read_end, "rb", buffering=0), self)
+        return self._track(ZygoteChild(pid, os.fdopen(read_end, "rb", buffering=0), self))
+
+    def spawn_compiler(self, workdir: str, job: dict[str, Any], env: dict[str, str] | None = None,
+                       timeout_s: float = 30.0) -> ZygoteChild:
+        """Fork a compiler (:func:`drkernel.env.precompile.compile_main`) for ``workdir``: its own
+        session and process group (pgid = pid), no descriptor of the grader's, no output."""
+        return self._track(ZygoteChild(self._fork({"workdir": workdir, "env": env, "compile": job}, [], timeout_s),
+                                       None, self))
+
+    def _fork(self, msg: dict[str, Any], fds: list[int], timeout_s: float) -> int:
+        with self._lock:
+            if not self.alive:
+                raise RuntimeError("zygote is not running")
+            try:
+                socket.send_fds(self._sock, [json.dumps(msg).encode()], fds)
+            except OSError as exc:
+                raise RuntimeError(f"zygote unreachable: {exc}") from exc
+            reply = self._reply(timeout_s, "spawn")
+        if not reply.get("pid"):
+            raise RuntimeError(f"zygote could not fork: {reply.get('error', reply)}")
+        return int(reply["pid"])
+
+    def _track(self, child: ZygoteChild) -> ZygoteChild:
         with self._cond:
             early = self._early_exits.pop(child.pid, None)
             if early is None:
@@ -360,10 +403,10 @@ def _start_fingerprint(env: dict[str, str]) -> tuple:
                         if k.startswith(START_TIME_VARS) and not k.startswith(_NOT_AT_START)))
 
 
-def spawn_worker(env: dict[str, str], proto_fd: int, workdir: str, stage_fd: int | None = None) -> ZygoteChild:
-    """Fork a worker with environment ``env`` from this process's zygote for that device (one per
-    device: started on first use; restarted when it died or when a start-time variable changed,
-    the old one stopped). Raises RuntimeError when no zygote can serve."""
+def _serve(env: dict[str, str], fork: Any) -> ZygoteChild:
+    """``fork(zygote)`` with this process's zygote for ``env``'s device (one per device: started on
+    first use; restarted when it died or when a start-time variable changed, the old one stopped).
+    Raises RuntimeError when no zygote can serve."""
     device = f"{env.get('DRKERNEL_WORKER_DEVICE', 'cpu')}:{env.get('CUDA_VISIBLE_DEVICES', '')}"
     fingerprint = _start_fingerprint(env)
     for attempt in range(2):
@@ -375,11 +418,22 @@ def spawn_worker(env: dict[str, str], proto_fd: int, workdir: str, stage_fd: int
                 _zygotes[device] = entry = (fingerprint, Zygote(env))
             zygote = entry[1]
         try:
-            return zygote.spawn(proto_fd, workdir, env, stage_fd=stage_fd)
+            return fork(zygote)
         except RuntimeError:
             if attempt or zygote.alive:  # replaced by another thread meanwhile: once more, with the new one
                 raise
     raise AssertionError("unreachable")
+
+
+def spawn_worker(env: dict[str, str], proto_fd: int, workdir: str, stage_fd: int | None = None) -> ZygoteChild:
+    """Fork a worker with environment ``env`` (:meth:`Zygote.spawn`) from the zygote for its device."""
+    return _serve(env, lambda z: z.spawn(proto_fd, workdir, env, stage_fd=stage_fd))
+
+
+def spawn_compiler(env: dict[str, str], workdir: str, job: dict[str, Any]) -> ZygoteChild:
+    """Fork a compiler with environment ``env`` (:meth:`Zygote.spawn_compiler`) from the zygote for
+    its device: the same zygote as the worker of ``workdir``, which never opened a GPU."""
+    return _serve(env, lambda z: z.spawn_compiler(workdir, job, env))
 
 
 if __name__ == "__main__":

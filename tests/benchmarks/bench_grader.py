@@ -61,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
                          "spread (max/min - 1 of its time over the rounds) side by side")
     ap.add_argument("--sweep-rounds", type=int, default=3)
     ap.add_argument("--spares", type=int, default=None, help="warm spare processes per device (default: the grader's)")
+    ap.add_argument("--precompile-timeout", type=float, default=None,
+                    help="EvalConfig.precompile_timeout_s (default: the suite's; 0: no compiling ahead)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
@@ -72,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     suite = load_suite(args.suite)
     selected = suite.select(args.tasks or (None if cuda else "01*,07*,13*"))
     config = suite.eval_config(device=args.device)
+    if args.precompile_timeout is not None:
+        config = config.with_overrides(precompile_timeout_s=args.precompile_timeout)
     jobs = [(st.id, st.task(suite.entry_point), st.solution.read_text()) for st in selected if st.solution]
     repeat = args.repeat or (10 if cuda else 3)
     print(f"{len(jobs)} solutions of {suite.id} on {args.device}; protocol: {config.trials_per_distribution} "
@@ -79,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
           f"profile={config.profile}", flush=True)
     out: dict = {"device": args.device, "suite": suite.id, "tasks": [j[0] for j in jobs], "config": {
         "timing_trials": config.timing_trials, "warmup": config.warmup,
-        "trials_per_distribution": config.trials_per_distribution}}
+        "trials_per_distribution": config.trials_per_distribution, "precompile_timeout_s": config.precompile_timeout_s}}
 
     def show(arm: str, tid: str, r) -> None:
         st = r.details.get("stage_seconds", {})
@@ -267,6 +271,7 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
                "times_ms": times, "stage_mean_s": stages, "worker_phase_mean_s": phases,
                "worker_parts_mean_s": parts, "gpu_gate_mean": gate,
                "precompile": {"evaluations": len(precompiled), "finished": sum(bool(p.get("finished")) for p in precompiled),
+                              "complete": sum(bool(p.get("complete")) for p in precompiled),
                               "mean_s": statistics.mean(p.get("seconds", 0.0) for p in precompiled) if precompiled else None,
                               "reasons": sorted({str(p.get("reason")) for p in precompiled if p.get("reason")})[:5]},
                "sm_clock": clocks, "spares": pool_spares, "worker_starts": len(starts), "worker_start_mean_s": start_mean}

@@ -1,6 +1,7 @@
-"""Compiling ahead in a child without GPU (drkernel.env.precompile), on this CPU machine: Triton
-compiles for an H100 target without a device, the first launch's cache key is the one the child
-filled, and a child that hangs, fails or tries the parent's descriptors changes nothing."""
+"""Compiling ahead in a compiler forked from the worker's zygote (drkernel.env.precompile), on this
+CPU machine: Triton compiles for an H100 target without a device, the first launch's cache key is
+the one the compiler filled, and a compiler that hangs, hogs memory or fails changes nothing and is
+killed with its whole process group."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -53,112 +55,188 @@ class ModelNew(nn.Module):
 
 TASK = '''
 import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(1))
+
+    def forward(self, x):
+        return torch.relu(x) * self.w
+
+
 def get_inputs():
     return [torch.randn(1 << 20)]
+
+
+def get_init_inputs():
+    return []
 '''
 
-# Runs in a fresh interpreter (the test session runs Triton's interpreter, which compiles nothing):
-# forks the compiling child as the worker does, awaits it as the grader does, then launches as the
-# worker's first call would (compile-only here: no GPU) and counts what it had to compile anew.
-DRIVER = '''
-import json, os, sys, time, types, importlib.util
-from pathlib import Path
+SUFFIX = "__dktest01"
+
+# The worker's first call, in a fresh interpreter with the worker's environment (this test session
+# runs Triton's interpreter, which compiles nothing): the worker's private environment and kernel
+# names, then a compile-only launch (no GPU here) that counts the cache entries it had to add.
+FIRST_CALL = '''
+import json, os, sys
 from triton.backends.compiler import GPUTarget
-from drkernel.env.precompile import CompileOnlyDriver, EXIT_DONE, await_compiler, fork_compiler
+from drkernel.env.confine import private_environment
+from drkernel.env.launches import install_naming
+from drkernel.env.precompile import CompileOnlyDriver
+from drkernel.env.worker import import_file
+import triton
+from drkernel.env.triton_cache import SHARED_ENV
 
-work = Path(sys.argv[1])
-spec = importlib.util.spec_from_file_location("task", work / "task.py")
-task = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(task)
-h = types.SimpleNamespace(workdir=work, candidate_file=str(work / "candidate.py"), entry_point="Model",
-                          loaded=types.SimpleNamespace(module=task))
-target = GPUTarget("cuda", 90, 32)
-pid = fork_compiler(h, target, None, ([], {}), require_landlock=False)
-waited = await_compiler(pid, os.getpgid(0), float(sys.argv[2]))
-status = os.waitpid(pid, 0)[1]
-code = os.waitstatus_to_exitcode(status)
-hits = None
-if code == EXIT_DONE:
-    from triton.runtime import driver
-    from triton.runtime.jit import JITFunction
-    driver.set_active(CompileOnlyDriver(target))
-    before = set(os.listdir(os.environ["TRITON_CACHE_DIR"]))
-    run = JITFunction.run
-    JITFunction.run = lambda self, *a, grid, warmup, **k: run(self, *a, grid=grid, warmup=True, **k)
-    import torch
-    cand_spec = importlib.util.spec_from_file_location("candidate", work / "candidate.py")
-    cand = importlib.util.module_from_spec(cand_spec)
-    cand_spec.loader.exec_module(cand)
-    with torch.device("meta"):
-        model = cand.ModelNew()
-        model(torch.empty(1 << 20))
-    hits = {"new_entries": len(set(os.listdir(os.environ["TRITON_CACHE_DIR"])) - before)}
-print(json.dumps({"waited": waited, "exit": code, "hits": hits}))
+work, suffix = sys.argv[1], sys.argv[2]
+shared = triton.knobs.cache.dir
+env = private_environment(work)
+env[SHARED_ENV] = shared
+os.environ.update(env)
+install_naming(os.path.join(work, "candidate.py"), suffix)
+from triton.runtime import driver
+from triton.runtime.jit import JITFunction
+driver.set_active(CompileOnlyDriver(GPUTarget("cuda", 90, 32)))
+before = set(os.listdir(env["TRITON_CACHE_DIR"]))
+run = JITFunction.run
+JITFunction.run = lambda self, *a, grid, warmup, **k: run(self, *a, grid=grid, warmup=True, **k)
+import torch
+cand = import_file(os.path.join(work, "candidate.py"))
+with torch.device("meta"):
+    cand.ModelNew()(torch.empty(1 << 20))
+print(json.dumps({"new_entries": len(set(os.listdir(env["TRITON_CACHE_DIR"])) - before)}))
 '''
 
 
-def _run(tmp_path: Path, behaviour: str, timeout_s: float = 60.0) -> dict:
-    (tmp_path / "candidate.py").write_text(CANDIDATE.replace("BEHAVIOUR", behaviour))
-    (tmp_path / "task.py").write_text(TASK)
+def _compile(behaviour: str = "pass", timeout_s: float = 60.0, memory_mb: int = 4096,
+             during: object = None) -> tuple[dict, Path]:
+    """Fork a compiler from a CUDA worker's zygote for a fresh work directory and await it as the
+    grader does; ``during(child)`` runs while it works."""
+    from drkernel.env.precompile import await_compiler, job
+    from drkernel.env.sandbox import worker_env
+    from drkernel.env.zygote import spawn_compiler
+
+    work = Path(tempfile.mkdtemp(prefix="drkernel-test-"))
+    (work / "candidate.py").write_text(CANDIDATE.replace("BEHAVIOUR", behaviour))
+    child = spawn_compiler(worker_env("cuda:0"), str(work), job(
+        candidate_file=str(work / "candidate.py"), task_source=TASK, task_name="scale", entry_point="Model",
+        task_size="full", init_seed=3, kernel_suffix=SUFFIX, target=["cuda", 90, 32], timeout_s=timeout_s))
+    if during is not None:
+        during(child)
+    waited = await_compiler(child, timeout_s, memory_mb << 20)
+    waited["pid"] = child.pid
+    return waited, work
+
+
+def _cache(work: Path) -> list[str]:
+    d = work / "triton-cache"
+    return sorted(os.listdir(d)) if d.exists() else []
+
+
+def _group_gone(pgid: int) -> bool:
+    from drkernel.env.sandbox import _group_pids
+
+    time.sleep(0.2)
+    return not _group_pids(pgid)
+
+
+def test_kernels_compile_ahead_and_the_first_launch_finds_them():
+    waited, work = _compile()
+    assert waited["finished"] and waited["complete"] and waited["exit"] == 0, waited
+    assert len(_cache(work)) >= 3  # the kernel and both autotune configs
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
-    env["TMPDIR"] = str(tmp_path / "tmp")  # as a worker's: its confinement writes only in its directory
-    (tmp_path / "tmp").mkdir()
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
-    r, w = os.pipe()  # a descriptor of the parent the child must not reach
-    try:
-        out = subprocess.run([sys.executable, "-c", DRIVER, str(tmp_path), str(timeout_s), str(w)], env=env,
-                             capture_output=True, text=True, timeout=300, pass_fds=(w,))
-    finally:
-        os.close(w)
-        leaked = os.read(r, 64) if _readable(r) else b""
-        os.close(r)
+    out = subprocess.run([sys.executable, "-c", FIRST_CALL, str(work), SUFFIX], env=env, capture_output=True,
+                         text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    data = json.loads(out.stdout.strip().splitlines()[-1])
-    data["leaked"] = leaked
-    return data
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"new_entries": 0}  # nothing compiled again
+    assert _group_gone(waited["pid"])
 
 
-def _readable(fd: int) -> bool:
-    import select
-
-    return bool(select.select([fd], [], [], 0)[0])
-
-
-def test_kernels_compile_ahead_and_the_first_launch_finds_them(tmp_path):
-    data = _run(tmp_path, "pass")
-    assert data["waited"]["finished"] and data["exit"] == 0, data
-    assert data["hits"]["new_entries"] == 0  # nothing compiled again: the first launch hit the cache
-    assert len(list((tmp_path / "triton-cache").iterdir())) >= 3  # the kernel and both autotune configs
+def test_a_compiler_that_hangs_is_killed_with_its_group_at_the_time_limit():
+    waited, work = _compile("while True: pass", timeout_s=3.0)
+    assert not waited["finished"] and waited["reason"] == "time limit"
+    assert waited["seconds"] < 10 and waited["exit"] == -9
+    assert _group_gone(waited["pid"])
 
 
-def test_a_child_that_hangs_is_killed_at_the_time_limit(tmp_path):
-    data = _run(tmp_path, "while True: pass", timeout_s=3.0)
-    assert not data["waited"]["finished"] and data["waited"]["reason"] == "time limit"
-    assert data["waited"]["seconds"] < 10 and data["exit"] == -9  # killed by the grader's side
+def test_a_compiler_over_the_memory_limit_is_killed():
+    waited, _ = _compile("hog = [b'x' * (64 << 20) for _ in range(16)]\n        while True: pass", timeout_s=30.0,
+                         memory_mb=256)
+    assert not waited["finished"] and waited["reason"].startswith("memory limit"), waited
+    assert waited["seconds"] < 20 and waited["exit"] == -9
 
 
-def test_the_child_holds_none_of_its_parents_descriptors(tmp_path):
-    data = _run(tmp_path, "import os, sys; os.write(int(sys.argv[3]), b'leak')")
-    assert data["leaked"] == b""  # the parent's pipe (as the protocol socket or the stage) was closed
-    assert data["waited"]["finished"] and data["exit"] == 2  # the forward raised: compiled nothing more
+def test_the_compiler_is_confined_in_its_own_group_and_holds_nothing_of_the_graders():
+    seen: dict = {}
+
+    def look(child):
+        time.sleep(2.0)  # forked, confined, spinning in the candidate's forward
+        status = Path(f"/proc/{child.pid}/status").read_text()
+        seen["fields"] = {line.split(":")[0]: line.split(":")[1].strip() for line in status.splitlines()}
+        seen["fds"] = sorted(os.readlink(f"/proc/{child.pid}/fd/{f}") for f in os.listdir(f"/proc/{child.pid}/fd"))
+        seen["pgid"] = os.getpgid(child.pid)
+
+    waited, _ = _compile("while True: pass", timeout_s=6.0, during=look)
+    assert seen["pgid"] == waited["pid"] != os.getpgid(0)  # a session of its own, as the zygote reported
+    assert seen["fields"]["Seccomp"] == "2" and seen["fields"]["NoNewPrivs"] == "1"  # setsid/setpgid refused
+    # only /dev/null and library files: no socket, pipe, stage (memfd) or device file
+    assert all(f == "/dev/null" or f.endswith(".so") for f in seen["fds"]), seen["fds"]
 
 
-def test_a_forward_that_reads_values_compiles_what_it_reached(tmp_path):
-    # .item() has no value on a meta tensor: the child stops there; the kernel before it compiled
-    data = _run(tmp_path, "out = torch.empty_like(x)\n        relu_kernel[(1,)](x, out, x.numel(), "
-                          "BLOCK=1024)\n        if out.sum().item() > 0: pass")
-    assert data["exit"] == 2 and len(list((tmp_path / "triton-cache").iterdir())) >= 1
+def test_a_candidate_that_tries_to_leave_its_group_compiles_nothing_further():
+    waited, work = _compile("import os\n        os.setsid()")
+    assert waited["finished"] and not waited["complete"] and waited["exit"] == 2  # refused: the forward raised
+    assert _cache(work) == []
+    assert _group_gone(waited["pid"])
 
 
-def test_a_pid_outside_the_workers_group_is_neither_awaited_nor_killed():
-    from drkernel.env.precompile import await_compiler
+def test_a_forward_that_reads_values_compiles_what_it_reached():
+    # .item() has no value on a meta tensor: the compiler stops there; the kernel before it compiled
+    waited, work = _compile("out = torch.empty_like(x)\n        relu_kernel[(1,)](x, out, x.numel(), "
+                            "BLOCK=1024)\n        if out.sum().item() > 0: pass")
+    assert waited["exit"] == 2 and len(_cache(work)) >= 1
 
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+
+def test_a_worker_started_by_exec_has_no_compiler():
+    from drkernel.env.sandbox import CandidateProcess
+
+    with CandidateProcess("cpu", start="exec") as proc:
+        assert proc.start_compiler({"unused": True}) is None
+
+
+def test_the_seccomp_filter_refuses_leaving_the_group_in_every_thread_and_child():
+    script = '''
+import os, subprocess, threading, time
+from drkernel.env.seccomp import fix_process_group
+t = threading.Thread(target=time.sleep, args=(3,)); t.start()
+why_not = fix_process_group()
+if why_not:
+    print({"unavailable": why_not}); raise SystemExit(0)
+out = {}
+for name, call in (("setsid", os.setsid), ("setpgid", lambda: os.setpgid(0, 0))):
     try:
-        out = await_compiler(other.pid, os.getpgid(0), 1.0)  # e.g. a forged pid in the load's reply
-        assert not out["finished"] and "process group" in out["reason"]
-        assert other.poll() is None  # not killed
-    finally:
-        other.kill()
-        other.wait()
+        call(); out[name] = "allowed"
+    except PermissionError:
+        out[name] = "refused"
+pid = os.fork()
+if pid == 0:
+    try:
+        os.setsid(); os._exit(1)
+    except PermissionError:
+        os._exit(0)
+out["child"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+out["exec"] = subprocess.run(["sh", "-c", "exec setsid true"], capture_output=True).returncode
+out["thread"] = open(f"/proc/self/task/{t.native_id}/status").read().split("Seccomp:")[1].split()[0]
+out["pgid"] = os.getpgid(0) == os.getpgid(os.getpid())
+print(out)
+'''
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = eval(out.stdout.strip())  # noqa: S307 - our own script's dict
+    if "unavailable" in result:
+        pytest.skip(f"no seccomp filter here: {result['unavailable']}")
+    assert result == {"setsid": "refused", "setpgid": "refused", "child": 0, "exec": 1, "thread": "2", "pgid": True}

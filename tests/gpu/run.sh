@@ -28,6 +28,7 @@ if ls "$ROOT"/.whl-serve/*.whl >/dev/null 2>&1 && ! $PY -c "import uvicorn, fast
     && export PYTHONPATH="$PYTHONPATH:/tmp/drkernel-serve-site"
 fi
 STAGES="${*:-cli tests fixtures spread grader loadspread service agent local single fused}"
+# PRECOMPILE=0 runs loadspread without compiling ahead (files named _pc0).
 # BENCH_TASKS="0*,1*" limits the suite stages to matching tasks (a long suite can be split over calls).
 TASKS_ARG=(); SUFFIX=""
 if [ -n "${BENCH_TASKS:-}" ]; then TASKS_ARG=(--tasks "$BENCH_TASKS"); SUFFIX="-${BENCH_PART:-part}"; fi
@@ -54,8 +55,9 @@ for stage in $STAGES; do
                 | tee "$OUT/output_transfer.log" || status=1
               $PY tests/benchmarks/bench_grader.py --device cuda --capacities "${CAPACITIES:-1,4,8}" \
                 --tasks "${LOADSPREAD_TASKS:-01_relu,07_broadcast_mul,13_softmax,15_layer_norm,18_matmul_square,22_cumsum,25_transpose_2d,27_embedding}" \
-                --sweep-rounds "${SWEEP_ROUNDS:-3}" ${SPARES:+--spares "$SPARES"} --skip-warmup --json "$OUT/bench_grader_sweep.json" 2>&1 \
-                | tee "$OUT/bench_grader_sweep.log" | grep -v "^  \[" || status=1 ;;
+                --sweep-rounds "${SWEEP_ROUNDS:-3}" ${SPARES:+--spares "$SPARES"} ${PRECOMPILE:+--precompile-timeout "$PRECOMPILE"} \
+                --skip-warmup --json "$OUT/bench_grader_sweep${PRECOMPILE:+_pc$PRECOMPILE}.json" 2>&1 \
+                | tee "$OUT/bench_grader_sweep${PRECOMPILE:+_pc$PRECOMPILE}.log" | grep -v "^  \[" || status=1 ;;
     service)  $PY tests/benchmarks/diagnostics/service_bench.py --n 48 --rounds 2 --latency-n 10 --out "$OUT/service_bench.json" 2>&1 \
                 | tee "$OUT/service_bench.log" || status=1 ;;
     agent)    $PY tests/benchmarks/diagnostics/agent_refine.py --device cuda --out "$OUT/agent_refine" 2>&1 \

@@ -223,12 +223,13 @@ def test_gpu_outputs_cross_the_registered_stage(tmp_path):
 
 
 def test_kernels_compile_ahead_without_a_gpu_and_the_first_call_loads_them():
-    """The precompile child (no GPU) fills the worker's Triton cache; the first correctness call then
-    compiles nothing, and the candidate's verdict is the same as without it."""
-    on = run("relu_big.py", "relu_honest.py", precompile_timeout_s=10)  # off by default (drkernel.env.config)
+    """The compiler forked from the zygote (never had a GPU) fills the worker's Triton cache; the first
+    correctness call then compiles nothing, and the candidate's verdict is the same as without it."""
+    on = run("relu_big.py", "relu_honest.py")  # on by default (drkernel.env.config)
     assert on.passed, on.feedback
     pre = on.details["precompile"]
-    assert pre["finished"], pre
+    assert pre["finished"] and pre["complete"], pre
+    assert on.details["isolation"]["process_group"].startswith("fixed"), on.details["isolation"]
     first = on.details["worker_parts_s"]["first_run"]["call"]
     off = run("relu_big.py", "relu_honest.py", precompile_timeout_s=0)
     assert off.passed and "precompile" not in off.details

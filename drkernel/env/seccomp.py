@@ -1,0 +1,95 @@
+"""Keeping a candidate's processes in the process group the grader watches (seccomp).
+
+The grader accounts a candidate's memory over its *process group*, and ends it by signalling that
+group (:mod:`drkernel.env.sandbox`, :mod:`drkernel.env.precompile`). A process that calls
+``setsid`` or ``setpgid`` leaves the group: from then on its memory is not counted and nothing kills
+it at the end of the evaluation. The audit refuses ``os.setsid`` from the candidate's Python frames,
+but native code (a library calling on its behalf, a C extension) is not audited.
+
+:func:`fix_process_group` installs a seccomp filter on every thread of the calling process
+(``SECCOMP_FILTER_FLAG_TSYNC``) under which ``setsid`` and ``setpgid`` fail with ``EPERM``, whoever
+calls them. Filters are inherited by every child, survive ``exec`` and cannot be removed, so the
+process and all its descendants stay in the group it is in now. System calls of another ABI than
+the process's own (x86's 32-bit ``int 0x80``, x32) are refused the same way: they are a second
+path to the same calls. Everything else is allowed. Needs ``PR_SET_NO_NEW_PRIVS`` (set by
+:func:`drkernel.env.confine.confine`) or ``CAP_SYS_ADMIN``.
+
+The filter, as classic BPF over ``struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}``::
+
+    ld  arch            ; jne AUDIT_ARCH_<own> -> deny
+    ld  nr              ; jge 0x40000000 -> deny       (x86-64 only: the x32 ABI's numbers)
+    jeq __NR_setsid -> deny ; jeq __NR_setpgid -> deny
+    ret ALLOW
+    deny: ret ERRNO(EPERM)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import struct
+from typing import Any
+
+# machine -> (AUDIT_ARCH_*, __NR_seccomp, __NR_setsid, __NR_setpgid, x32 bit or 0)
+_ABIS = {
+    "x86_64": (0xC000003E, 317, 112, 109, 0x40000000),
+    "aarch64": (0xC00000B7, 277, 157, 154, 0),
+}
+
+_LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
+_RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
+_SET_MODE_FILTER, _FLAG_TSYNC = 1, 1
+_PR_SET_NO_NEW_PRIVS = 38
+
+
+def program(machine: str | None = None) -> list[tuple[int, int, int, int]]:
+    """The filter's instructions ``(code, jt, jf, k)`` for ``machine`` (default: this one)."""
+    arch, _, setsid, setpgid, x32 = _ABIS[machine or platform.machine()]
+    body: list[tuple[int, Any, Any, int]] = [(_LD_W_ABS, 0, 0, 4), (_JEQ_K, 0, "deny", arch), (_LD_W_ABS, 0, 0, 0)]
+    if x32:
+        body.append((_JGE_K, "deny", 0, x32))
+    body += [(_JEQ_K, "deny", 0, setsid), (_JEQ_K, "deny", 0, setpgid), (_RET_K, 0, 0, _RET_ALLOW),
+             (_RET_K, 0, 0, _RET_ERRNO | errno.EPERM)]
+    deny = len(body) - 1
+    # a jump's offsets count the instructions skipped after the jump itself
+    return [(code, deny - i - 1 if jt == "deny" else jt, deny - i - 1 if jf == "deny" else jf, k)
+            for i, (code, jt, jf, k) in enumerate(body)]
+
+
+class _Filter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint32)]
+
+
+class _Prog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_Filter))]
+
+
+def fix_process_group() -> str | None:
+    """Install the filter on every thread of this process. Returns None when it applies, else why
+    not (an unknown machine, a kernel without seccomp filters, a refused call). Never raises."""
+    machine = platform.machine()
+    if machine not in _ABIS:
+        return f"no seccomp filter for {machine}"
+    insns = program(machine)
+    filters = (_Filter * len(insns))(*[_Filter(*i) for i in insns])
+    prog = _Prog(len(insns), filters)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return f"prctl(NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}"
+    rc = libc.syscall(ctypes.c_long(_ABIS[machine][1]), ctypes.c_uint(_SET_MODE_FILTER),
+                      ctypes.c_uint(_FLAG_TSYNC), ctypes.byref(prog))
+    if rc != 0:
+        err = ctypes.get_errno()
+        return (f"seccomp failed: thread {rc} has another filter" if rc > 0
+                else f"seccomp failed: {os.strerror(err) if err else 'unknown error'}")
+    return None
+
+
+def packed(machine: str | None = None) -> bytes:
+    """The filter as the kernel reads it (8 bytes an instruction), for inspection and tests."""
+    return b"".join(struct.pack("=HBBI", *i) for i in program(machine))
+
+
+__all__ = ["fix_process_group", "program", "packed"]
