@@ -198,4 +198,28 @@ def private_environment(workdir: str) -> dict[str, str]:
             "TRITON_CACHE_MANAGER": "drkernel.env.triton_cache:LayeredCacheManager"}
 
 
-__all__ = ["confine", "landlock_abi", "read_roots", "private_environment"]
+def enter_private_environment(workdir: str) -> str | None:
+    """Point this process at its work directory, as a worker and its compiler both must (the same
+    Triton cache, so the compiler's kernels are the worker's cache hits): the variables of
+    :func:`private_environment`, Triton's shared cache layer (the cache directory as configured
+    before, read-only; returned), the temporary directory. Before :func:`confine`."""
+    import tempfile
+
+    try:
+        import triton
+
+        shared = triton.knobs.cache.dir
+    except Exception:  # noqa: BLE001 - an older Triton: no shared layer
+        shared = None
+    from drkernel.env.triton_cache import SHARED_ENV
+
+    env = private_environment(workdir)
+    if shared:
+        env[SHARED_ENV] = shared
+    os.environ.update(env)
+    tempfile.tempdir = env["TMPDIR"]  # it may have been computed (as /tmp) before
+    os.makedirs(env["TRITON_CACHE_DIR"], exist_ok=True)
+    return shared
+
+
+__all__ = ["confine", "landlock_abi", "read_roots", "private_environment", "enter_private_environment"]

@@ -170,6 +170,7 @@ class CandidateProcess:
         self.started_at = time.monotonic()
         self.start_s: float | None = None
         self._closed = False
+        self.compiler: Any = None  # drkernel.env.precompile.Compiler, once started
         from drkernel.env.staging import Stage
 
         try:
@@ -235,13 +236,17 @@ class CandidateProcess:
         return self
 
     def start_compiler(self, job: dict[str, Any]) -> Any:
-        """A compiler for this worker's directory (:mod:`drkernel.env.precompile`), forked from the
-        zygote this worker came from; None for a worker started by exec (no zygote to fork from)."""
+        """A compiler for this worker's directory (:class:`drkernel.env.precompile.Compiler`), forked
+        from the zygote this worker came from, its memory counted with the worker's from now on and
+        killed at :meth:`close` at the latest; None for a worker started by exec (no zygote to fork
+        from). Raises RuntimeError when the zygote cannot fork one."""
         if self.start_method != "zygote":
             return None
+        from drkernel.env.precompile import Compiler
         from drkernel.env.zygote import spawn_compiler
 
-        return spawn_compiler(self.env, str(self.workdir), job)
+        self.compiler = Compiler(spawn_compiler(self.env, str(self.workdir), job), str(self.workdir))
+        return self.compiler
 
     def cpu_seconds(self) -> tuple[float, float] | None:
         """``(process, main thread)`` CPU seconds so far (:func:`cpu_seconds`); None when gone."""
@@ -296,8 +301,14 @@ class CandidateProcess:
                 others = [p for p in _group_pids(self.pgid, max_age_s=0.5) if p != self.proc.pid]
             polls += 1
             rss = _rss_bytes(self.proc.pid) + sum(_rss_bytes(p) for p in others)
+            compiler = self.compiler
+            extra = compiler.rss_bytes() if compiler is not None else 0
             # the stage's page-locked pages are resident in the worker too: not the candidate's
-            if rss > self.memory_limit + self.stage.registered and self.failure is None:
+            if rss + extra > self.memory_limit + self.stage.registered and extra:
+                # the compiler only saves time: it goes first, the worker's verdict is untouched
+                compiler.kill(f"memory limit: {(rss + extra) >> 20} MiB resident with the worker's "
+                              f"(limit {self.memory_limit >> 20} MiB)")
+            elif rss > self.memory_limit + self.stage.registered and self.failure is None:
                 self.failure = CandidateFailure("memory", f"memory limit exceeded: {rss >> 20} MiB resident "
                                                 f"(limit {self.memory_limit >> 20} MiB)")
                 self._kill_group()
@@ -440,6 +451,8 @@ class CandidateProcess:
         if self._closed:
             return
         self._closed = True
+        if self.compiler is not None:
+            self.compiler.kill()
         # The process is discarded after its one candidate: no graceful exit to wait for.
         self._kill_group()
         try:

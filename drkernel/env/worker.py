@@ -385,25 +385,11 @@ class Harness:
     def _confine(self, req: Any) -> None:
         """Confine the process, install the audit and the fingerprint, name the candidate's kernels."""
         from drkernel.env.audit import StateGuard
-        from drkernel.env.confine import confine, private_environment
+        from drkernel.env.confine import confine, enter_private_environment
         from drkernel.env.launches import install_memory_fence, install_naming
-        from drkernel.env.triton_cache import SHARED_ENV
 
         torch = self.torch
-        try:
-            import triton
-
-            shared_cache = triton.knobs.cache.dir
-        except Exception:  # noqa: BLE001 - an older Triton: no shared layer
-            shared_cache = None
-        env = private_environment(str(self.workdir))
-        if shared_cache:
-            env[SHARED_ENV] = shared_cache
-        os.environ.update(env)
-        import tempfile
-
-        tempfile.tempdir = env["TMPDIR"]  # it may have been computed (as /tmp) before
-        os.makedirs(env["TRITON_CACHE_DIR"], exist_ok=True)
+        shared_cache = enter_private_environment(str(self.workdir))
         install_naming(self.candidate_file, req.kernel_suffix)
         self.isolation = confine(str(self.workdir), extra_read=[shared_cache] if shared_cache else None)
         self.auditor.workdir = os.path.realpath(str(self.workdir))

@@ -28,7 +28,8 @@ Protocol on the control socket (grader <-> zygote, one zygote per device environ
 * zygote -> grader, whenever a child ends: ``{"exit": pid, "status": code}`` (``code`` as
   :attr:`subprocess.Popen.returncode`: negative = killed by that signal).
 
-Messages are single lines of JSON. The zygote exits when the grader's end of the socket closes. A
+Messages are single lines of JSON; every request carries an ``id`` that its reply repeats (a late
+reply to a request the grader gave up on is dropped, and the child it names killed). The zygote exits when the grader's end of the socket closes. A
 candidate can kill its zygote (it is the child's parent); then :class:`ZygoteChild` still sees its
 child end (through a pidfd), with an unknown status, and the next start makes a new zygote.
 """
@@ -54,7 +55,12 @@ PRELOAD = ("numpy", "torch", "torch.profiler", "torch.utils._python_dispatch", "
            "drkernel.env.tensor_io", "drkernel.env.compare", "drkernel.env.profiling", "drkernel.env.task",
            "drkernel.env.timing", "drkernel.env.budget", "drkernel.env.audit", "drkernel.env.confine",
            "drkernel.env.triton_cache", "drkernel.env.hacks", "drkernel.env.faults", "drkernel.env.seccomp",
-           "drkernel.env.precompile")
+           "drkernel.env.precompile",
+           # what a compiler (drkernel.env.precompile) would import on its first meta tensor and its
+           # first compile: 2.3-5 s of every compiler on an H100 machine (sympy; torch._dynamo, which
+           # the Python meta kernels of arithmetic import on first use)
+           "torch.utils._device", "torch.fx.experimental.symbolic_shapes", "torch._dynamo", "triton.compiler.code_generator",
+           "triton.backends.nvidia.driver")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -102,12 +108,18 @@ def _child(proto_fd: int, out_fd: int, workdir: str, env: dict[str, str] | None,
         os._exit(code)
 
 
-def _compiler(workdir: str, env: dict[str, str] | None, job: dict[str, Any], ctl: socket.socket) -> None:
+def _compiler(workdir: str, env: dict[str, str] | None, job: dict[str, Any], ctl: socket.socket,
+              zygote: int) -> None:
     """In the forked child: compile the candidate's kernels ahead (drkernel.env.precompile). Never
     returns (``os._exit``); nothing it prints reaches the grader."""
     code = 70
     try:
-        os.setsid()  # its own process group: the grader counts its memory and kills it by that group
+        import ctypes
+
+        os.setpgid(0, 0)  # its own process group (the zygote sets it too): the grader counts and kills by it
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: dies with the zygote
+        if os.getppid() != zygote:  # the zygote died before that took hold
+            os._exit(code)
         if env is not None:
             os.environ.clear()
             os.environ.update(env)
@@ -165,38 +177,73 @@ def serve(fd: int) -> int:
         _send(ctl, {"error": f"{type(exc).__name__}: {exc}"})
         return 3
     _send(ctl, {"ready": os.getpid()})
+    compilers: set[int] = set()
+    buf, held = b"", []  # one request at a time (the grader awaits each reply): its bytes and descriptors
     while True:
         readable, _, _ = select.select([ctl], [], [], 0.05)
         if readable:
             try:
-                msg, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 3)
+                chunk, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 3)
             except OSError:
                 return 0
-            if not msg:
+            if not chunk:
                 return 0  # the grader is gone; running children notice through their own sockets
-            req = json.loads(msg)
-            compiler = "compile" in req
-            if len(fds) not in ((0,) if compiler else (2, 3)):
-                for f in fds:
+            buf, held = buf + chunk, held + list(fds)
+            if buf.endswith(b"\n"):  # else the rest of the request is still on its way
+                try:
+                    req = json.loads(buf)
+                except ValueError as exc:
+                    req = {"error": f"unreadable request: {exc}"}
+                reply = _fork_for(req, held, ctl, compilers)
+                for f in held:
                     os.close(f)
-                _send(ctl, {"pid": None, "error": f"unexpected number of file descriptors: {len(fds)}"})
-                continue
-            pid = os.fork()
-            if pid == 0:
-                if compiler:
-                    _compiler(req["workdir"], req.get("env"), req["compile"], ctl)
-                _child(fds[0], fds[1], req["workdir"], req.get("env"), ctl, fds[2] if len(fds) == 3 else None)
-            for f in fds:
-                os.close(f)
-            _send(ctl, {"pid": pid})
+                buf, held = b"", []
+                _send(ctl, {"id": req.get("id"), **reply})
         while True:  # reap every child that has ended
             try:
-                pid, raw = os.waitpid(-1, os.WNOHANG)
+                # a compiler's group is killed before its leader is reaped (its pid, and so its group
+                # id, cannot be reused meanwhile): nothing it started outlives it
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:  # none running
                 break
-            if pid == 0:
+            if info is None:
                 break
+            if info.si_pid in compilers:
+                compilers.discard(info.si_pid)
+                try:
+                    os.killpg(info.si_pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            pid, raw = os.waitpid(info.si_pid, 0)
             _send(ctl, {"exit": pid, "status": _status(raw)})
+
+
+def _fork_for(req: dict[str, Any], fds: list[int], ctl: socket.socket, compilers: set[int]) -> dict[str, Any]:
+    """Fork the child a request asks for; ``{"pid": pid}`` or ``{"pid": None, "error": ...}``.
+    Never raises: a request the zygote cannot serve is answered, the zygote goes on."""
+    if "error" in req:
+        return {"pid": None, "error": req["error"]}
+    compiler = "compile" in req
+    if len(fds) not in ((0,) if compiler else (2, 3)):
+        return {"pid": None, "error": f"unexpected number of file descriptors: {len(fds)}"}
+    zygote = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        return {"pid": None, "error": f"fork failed: {exc}"}
+    if pid == 0:
+        if compiler:
+            _compiler(req["workdir"], req.get("env"), req["compile"], ctl, zygote)
+        _child(fds[0], fds[1], req["workdir"], req.get("env"), ctl, fds[2] if len(fds) == 3 else None)
+    if compiler:
+        # its own process group before its pid is reported (the child does the same: whichever runs
+        # first), so a kill right after the reply already reaches it
+        try:
+            os.setpgid(pid, pid)
+        except OSError:
+            pass
+        compilers.add(pid)
+    return {"pid": pid}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -271,6 +318,7 @@ class Zygote:
             child.close()
         self._sock = parent
         self._lock = threading.Lock()  # one spawn request at a time (replies come in order)
+        self._rid = 0  # the last request's id (its reply carries it)
         self._replies: list[dict[str, Any]] = []
         self._cond = threading.Condition()
         self._children: dict[int, ZygoteChild] = {}
@@ -316,16 +364,27 @@ class Zygote:
             self._eof = True
             self._cond.notify_all()
 
-    def _reply(self, timeout_s: float, what: str) -> dict[str, Any]:
+    def _reply(self, timeout_s: float, what: str, rid: int | None = None) -> dict[str, Any]:
+        """The next reply (to request ``rid``: a late reply to an earlier request that timed out is
+        dropped, and the child it reports killed)."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
-            while not self._replies:
-                left = deadline - time.monotonic()
-                if self._eof or left <= 0:
-                    raise RuntimeError(f"zygote gave no reply during {what}"
-                                       + (" (it exited)" if self._eof else f" in {timeout_s:.0f}s"))
-                self._cond.wait(min(left, 0.5))
-            return self._replies.pop(0)
+            while True:
+                while not self._replies:
+                    left = deadline - time.monotonic()
+                    if self._eof or left <= 0:
+                        raise RuntimeError(f"zygote gave no reply during {what}"
+                                           + (" (it exited)" if self._eof else f" in {timeout_s:.0f}s"))
+                    self._cond.wait(min(left, 0.5))
+                reply = self._replies.pop(0)
+                if rid is None or reply.get("id") == rid:
+                    return reply
+                if reply.get("pid"):  # nobody tracks that child: it must not run
+                    for kill in (os.killpg, os.kill):
+                        try:
+                            kill(int(reply["pid"]), signal.SIGKILL)
+                        except OSError:
+                            pass
 
     def spawn(self, proto_fd: int, workdir: str, env: dict[str, str] | None = None,
               timeout_s: float = 30.0, stage_fd: int | None = None) -> ZygoteChild:
@@ -345,8 +404,9 @@ class Zygote:
 
     def spawn_compiler(self, workdir: str, job: dict[str, Any], env: dict[str, str] | None = None,
                        timeout_s: float = 30.0) -> ZygoteChild:
-        """Fork a compiler (:func:`drkernel.env.precompile.compile_main`) for ``workdir``: its own
-        session and process group (pgid = pid), no descriptor of the grader's, no output."""
+        """Fork a compiler (:func:`drkernel.env.precompile.compile_main`) for ``workdir``: the leader
+        of its own process group (pgid = pid) before the pid is reported, no descriptor of the
+        grader's, no output."""
         return self._track(ZygoteChild(self._fork({"workdir": workdir, "env": env, "compile": job}, [], timeout_s),
                                        None, self))
 
@@ -354,11 +414,15 @@ class Zygote:
         with self._lock:
             if not self.alive:
                 raise RuntimeError("zygote is not running")
+            self._rid += 1
+            data = json.dumps({**msg, "id": self._rid}).encode() + b"\n"
             try:
-                socket.send_fds(self._sock, [json.dumps(msg).encode()], fds)
+                sent = socket.send_fds(self._sock, [data], fds)
+                if sent < len(data):  # (descriptors travel with the first part)
+                    self._sock.sendall(data[sent:])
             except OSError as exc:
                 raise RuntimeError(f"zygote unreachable: {exc}") from exc
-            reply = self._reply(timeout_s, "spawn")
+            reply = self._reply(timeout_s, "spawn", self._rid)
         if not reply.get("pid"):
             raise RuntimeError(f"zygote could not fork: {reply.get('error', reply)}")
         return int(reply["pid"])
@@ -403,15 +467,17 @@ def _start_fingerprint(env: dict[str, str]) -> tuple:
                         if k.startswith(START_TIME_VARS) and not k.startswith(_NOT_AT_START)))
 
 
-def _serve(env: dict[str, str], fork: Any) -> ZygoteChild:
+def _serve(env: dict[str, str], fork: Any, replace: bool = True) -> ZygoteChild:
     """``fork(zygote)`` with this process's zygote for ``env``'s device (one per device: started on
-    first use; restarted when it died or when a start-time variable changed, the old one stopped).
-    Raises RuntimeError when no zygote can serve."""
+    first use; restarted when it died or, with ``replace``, when a start-time variable changed, the
+    old one stopped). Raises RuntimeError when no zygote can serve."""
     device = f"{env.get('DRKERNEL_WORKER_DEVICE', 'cpu')}:{env.get('CUDA_VISIBLE_DEVICES', '')}"
     fingerprint = _start_fingerprint(env)
     for attempt in range(2):
         with _zygotes_lock:
             entry = _zygotes.get(device)
+            if entry is not None and entry[1].alive and entry[0] != fingerprint and not replace:
+                raise RuntimeError("this device's zygote serves another environment now")
             if entry is None or entry[0] != fingerprint or not entry[1].alive:
                 if entry is not None:
                     entry[1].close()
@@ -432,8 +498,9 @@ def spawn_worker(env: dict[str, str], proto_fd: int, workdir: str, stage_fd: int
 
 def spawn_compiler(env: dict[str, str], workdir: str, job: dict[str, Any]) -> ZygoteChild:
     """Fork a compiler with environment ``env`` (:meth:`Zygote.spawn_compiler`) from the zygote for
-    its device: the same zygote as the worker of ``workdir``, which never opened a GPU."""
-    return _serve(env, lambda z: z.spawn_compiler(workdir, job, env))
+    its device: the same zygote as the worker of ``workdir``, which never opened a GPU (never one
+    that replaces a zygote of another environment: its children would go with the old one)."""
+    return _serve(env, lambda z: z.spawn_compiler(workdir, job, env), replace=False)
 
 
 if __name__ == "__main__":

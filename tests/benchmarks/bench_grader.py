@@ -207,6 +207,14 @@ def _add_mean(into: dict[str, float], values: dict[str, float], n: int) -> None:
         into[k] = into.get(k, 0.0) + v / n
 
 
+def _mean_phases(precompiled: list[dict]) -> dict[str, float]:
+    """Mean of the compilers' own phase timers (drkernel.env.precompile; diagnostics)."""
+    out: dict[str, float] = {}
+    for p in precompiled:
+        _add_mean(out, p.get("phases_s") or {}, len(precompiled))
+    return {k: round(v, 4) for k, v in out.items()}
+
+
 def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show, spares: int | None = None) -> list[dict]:
     """Evaluations/min and per-kernel timing spread under load, for each grader capacity.
 
@@ -273,7 +281,8 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
                "precompile": {"evaluations": len(precompiled), "finished": sum(bool(p.get("finished")) for p in precompiled),
                               "complete": sum(bool(p.get("complete")) for p in precompiled),
                               "mean_s": statistics.mean(p.get("seconds", 0.0) for p in precompiled) if precompiled else None,
-                              "reasons": sorted({str(p.get("reason")) for p in precompiled if p.get("reason")})[:5]},
+                              "reasons": sorted({str(p.get("reason")) for p in precompiled if p.get("reason")})[:5],
+                              "own_phases_mean_s": _mean_phases(precompiled)},
                "sm_clock": clocks, "spares": pool_spares, "worker_starts": len(starts), "worker_start_mean_s": start_mean}
         rows.append(row)
         print(f"capacity {cap}: {row['evals_per_min']:.1f} evaluations/min, {passed}/{row['evals']} passed, "

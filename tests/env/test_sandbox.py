@@ -181,6 +181,32 @@ def test_one_zygote_per_device_replaced_only_when_a_start_time_variable_changes(
     first.proc.wait(timeout=10)  # the old zygote was stopped
 
 
+def test_a_zygote_answers_what_it_cannot_serve_drops_late_replies_and_goes_on(tmp_path):
+    """A request the zygote cannot serve gets an error reply (the zygote stays up for the others); a
+    reply to a request the grader gave up on is dropped, not taken as the next request's; a compiler
+    whose job is unusable just exits."""
+    import time
+
+    from drkernel.env import zygote
+    from drkernel.env.sandbox import worker_env
+
+    z = zygote.Zygote(worker_env("cpu"))
+    try:
+        with pytest.raises(RuntimeError, match="unexpected number of file descriptors"):
+            z._fork({"workdir": str(tmp_path)}, [], 10.0)  # a worker needs its descriptors
+        with z._lock:
+            z._sock.sendall(b'{"id": -5, "workdir": \n')  # cut short: unreadable
+            deadline = time.monotonic() + 10
+            while not z._replies and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert "unreadable request" in z._replies[0]["error"] and z._replies[0]["id"] is None
+            z._replies[0]["id"] = -5  # (as an answer to an earlier request would carry)
+        child = z.spawn_compiler(str(tmp_path), {"not": "a job"})  # its reply comes after the stale one
+        assert child.wait(30) == 70 and z.alive and not z._replies
+    finally:
+        z.close()
+
+
 def test_a_forked_worker_sees_the_environment_of_its_own_request(monkeypatch):
     body = '''
 import os

@@ -53,6 +53,8 @@ for stage in $STAGES; do
                 --json "$OUT/bench_grader.json" 2>&1 | tee "$OUT/bench_grader.log" || status=1 ;;
     loadspread) $PY tests/benchmarks/diagnostics/output_transfer.py --mb 256 --concurrency 1,8 --out "$OUT/output_transfer.json" 2>&1 \
                 | tee "$OUT/output_transfer.log" || status=1
+              $PY tests/benchmarks/diagnostics/compiler_phases.py --n 8 --out "$OUT/compiler_phases.json" 2>&1 \
+                | tee "$OUT/compiler_phases.log" | tail -3 || status=1
               $PY tests/benchmarks/bench_grader.py --device cuda --capacities "${CAPACITIES:-1,4,8}" \
                 --tasks "${LOADSPREAD_TASKS:-01_relu,07_broadcast_mul,13_softmax,15_layer_norm,18_matmul_square,22_cumsum,25_transpose_2d,27_embedding}" \
                 --sweep-rounds "${SWEEP_ROUNDS:-3}" ${SPARES:+--spares "$SPARES"} ${PRECOMPILE:+--precompile-timeout "$PRECOMPILE"} \
