@@ -115,22 +115,26 @@ def _device_files() -> list[str]:
     return out
 
 
-def confine(workdir: str, extra_read: list[str] | None = None, devices: bool = True) -> dict[str, Any]:
+def confine(workdir: str, extra_read: list[str] | None = None, devices: bool = True,
+            writable: list[str] | None = None) -> dict[str, Any]:
     """Confine this process (see the module doc); returns what applied, for ``details["isolation"]``.
     ``devices=False``: of the character devices only /dev/null, /dev/zero and the random devices stay
-    open to it (no GPU: :mod:`drkernel.env.precompile`). A confined process may confine itself again
-    (Landlock layers stack: each can only take rights away).
+    open to it (no GPU: :mod:`drkernel.env.precompile`). ``writable``: only these directories under
+    the work directory may be written, the rest of it only read (the compiler's case: the file the
+    worker imports stays the grader's). A confined process may confine itself again (Landlock
+    layers stack: each can only take rights away).
 
     Never raises: a kernel without Landlock gives ``{"landlock": 0, ...}``."""
     from drkernel.env.seccomp import fix_process_group
 
-    report = _landlock(workdir, extra_read, devices)
+    report = _landlock(workdir, extra_read, devices, writable)
     why_not = fix_process_group()
     report["process_group"] = why_not or "fixed (setsid, setpgid refused)"
     return report
 
 
-def _landlock(workdir: str, extra_read: list[str] | None, devices: bool) -> dict[str, Any]:
+def _landlock(workdir: str, extra_read: list[str] | None, devices: bool,
+              writable: list[str] | None) -> dict[str, Any]:
     report: dict[str, Any] = {"landlock": 0, "writes": "unrestricted", "reads": "unrestricted", "network": "open",
                               "signals": "open"}
     abi = landlock_abi()
@@ -171,7 +175,12 @@ def _landlock(workdir: str, extra_read: list[str] | None, devices: bool) -> dict
         # (a process confined already cannot list /dev: the harmless devices are named, not found)
         for dev in _device_files() if devices else [d for d in _HARMLESS_DEVICES if os.path.exists(d)]:
             allow(dev, READ_FILE | WRITE_FILE | TRUNCATE | IOCTL_DEV)
-        allow(os.path.realpath(workdir), fs)
+        if writable is None:
+            allow(os.path.realpath(workdir), fs)
+        else:
+            allow(os.path.realpath(workdir), READ)
+            for d in writable:
+                allow(os.path.realpath(d), fs)
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             report["reason"] = f"prctl(NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}"
             return report
@@ -180,7 +189,7 @@ def _landlock(workdir: str, extra_read: list[str] | None, devices: bool) -> dict
             return report
     finally:
         os.close(fd)
-    report.update(writes="work directory only", reads="libraries, system directories, work directory",
+    report.update(writes="work directory only" if writable is None else "named parts of the work directory only", reads="libraries, system directories, work directory",
                   network="TCP refused" if net else "open (Landlock ABI < 4)",
                   signals="own process only" if scoped else "open (Landlock ABI < 6)")
     if problems:

@@ -315,10 +315,13 @@ class Evaluation:
 
     def _flow(self) -> None:
         self._static()
+        self.plan = Plan.make(self.prepared, self.config, self.seed)
+        self._acquire()  # a warm worker: no candidate code has run in it
+        # the compiler (CPU only, no GPU ever) works beside the references and the load
+        self._start_compiler(self._write_candidate())
         with self._shared(), self.clock.part("references"):
             self._references()
         self._enter(Stage.COMPILE)
-        self._acquire()
         self._load()
         self._precompile()
         self._enter(Stage.CORRECTNESS)
@@ -367,8 +370,9 @@ class Evaluation:
 
     def _references(self) -> None:
         """Every reference output the correctness trials compare against, before any candidate
-        code runs (a candidate that fills GPU memory cannot break them)."""
-        self.plan = plan = Plan.make(self.prepared, self.config, self.seed)
+        code can reach the GPU (a candidate that fills GPU memory cannot break them; only the
+        compiler, which never has a GPU, may run meanwhile)."""
+        plan = self.plan
         self.refs = {("trial", k): self.prepared.reference(plan.init_seed, TrialKey(s, d), r)
                      for k, (d, s, _, r) in enumerate(plan.trials)}
         if not self.cuda:
@@ -396,16 +400,19 @@ class Evaluation:
         sampled = sample_size(out.numel(), cfg.spot_sample) or out.numel()
         return reserve_bytes(out.numel() * out.element_size(), kept, sampled * out.element_size())
 
-    def _load(self) -> None:
+    def _write_candidate(self) -> Any:
         cand = self.proc.workdir / "candidate.py"
         cand.write_text(self.source, encoding="utf-8")
+        return cand
+
+    def _load(self) -> None:
+        cand = self.proc.workdir / "candidate.py"
         task = self.prepared.task
         params, buffers = self.prepared.shapes(self.plan.init_seed)
         stage_bytes = 0
         if self._stage() is not None:
             with self.clock.part("stage_map"):
                 stage_bytes = self._stage().reserve(self._stage_bytes(), cuda=self.cuda)
-        self._start_compiler(cand)
         reply = self._request(LoadRequest(
             role="candidate", task_source=task.source, task_name=task.name, candidate_file=str(cand),
             device="cuda" if self.cuda else "cpu", task_size=self.prepared.task_size,
@@ -424,8 +431,10 @@ class Evaluation:
 
     def _start_compiler(self, candidate_file: Any) -> None:
         """On a GPU: fork the compiler for this worker's directory from its zygote
-        (:mod:`drkernel.env.precompile`), to run beside the load. None when off, or for a worker
-        started by exec; a zygote that cannot fork one only means the first call compiles."""
+        (:mod:`drkernel.env.precompile`), to run beside the references and the load (it never has
+        a GPU: the references are still computed before any candidate code can reach one). None
+        when off, or for a worker started by exec; a zygote that cannot fork one only means the
+        first call compiles."""
         self._compiler = None
         if not self.cuda or self.config.precompile_timeout_s <= 0:
             return
@@ -455,6 +464,8 @@ class Evaluation:
         compiler, self._compiler = getattr(self, "_compiler", None), None
         if compiler is None:
             return
+        if not self.proc.alive:  # nothing to compile for (and nobody counting its memory)
+            compiler.kill("its worker ended")
         with self.clock.part("precompile"):
             self.result.details["precompile"] = compiler.wait(
                 min(self.config.precompile_timeout_s, max(self._deadline - time.monotonic(), 0.0)))

@@ -6,7 +6,8 @@ together). Correctness calls run in the GPU gate's shared side (candidate code m
 at any point of a call), so every timing queued meanwhile waited for the compiler: the first call
 was the longest shared hold of an evaluation.
 
-**The compiler.** Right before the worker's load request, the grader asks the worker's zygote
+**The compiler.** As soon as an evaluation has its worker (before the reference outputs and the
+load, which it runs beside), the grader asks the worker's zygote
 (:mod:`drkernel.env.zygote`: the preloaded template the worker itself was forked from, which never
 initialised CUDA) to fork a compiler for the worker's work directory
 (:meth:`drkernel.env.sandbox.CandidateProcess.start_compiler`). The compiler
@@ -43,9 +44,11 @@ after the load's reply, outside the GPU gate, while the worker is idle with its 
 (:meth:`Compiler.wait`, up to ``EvalConfig.precompile_timeout_s``), then kills the whole group
 whatever it did (the zygote kills a compiler's group before reaping it, too). Its exit status comes
 from the zygote. Nothing the compiler does decides a verdict (``details["precompile"]`` is
-diagnostics): it can only write into the worker's work directory, which the candidate's code in the
-worker can too. It never runs beside its own evaluation's calls; beside other evaluations' it runs
-at idle priority, on CPU only.
+diagnostics): it can only write the worker's Triton cache and temporary directory (:data:`WRITABLE`),
+which the candidate's code in the worker can too; the candidate's file, which the worker imports
+after the compiler started, is read-only to it. It never runs beside its own evaluation's calls; beside other evaluations' it runs
+at idle priority, on CPU only. The reference outputs are still computed before any candidate code
+can reach the GPU.
 """
 
 from __future__ import annotations
@@ -115,9 +118,14 @@ def job(*, candidate_file: str, task_source: str, task_name: str, entry_point: s
             "kernel_suffix": kernel_suffix, "target": list(target), "cpu_s": max(30, int(3 * timeout_s))}
 
 
-PHASES_FILE = ".precompile_phases.json"
-"""The compiler's own timers of its phases, in the work directory (diagnostics: the candidate's code
-runs there and could write anything into it; the grader reads numbers only)."""
+PHASES_FILE = os.path.join("tmp", "precompile_phases.json")
+"""The compiler's own timers of its phases, under the work directory (diagnostics: the candidate's
+code runs there and could put anything at that path, a FIFO or a link included; the grader opens it
+without blocking or following links and reads at most 4 KB of finite numbers)."""
+
+#: The work directory's parts a compiler may write (it reads the rest: ``candidate.py`` is the file
+#: the worker imports, and only the grader writes it).
+WRITABLE = ("triton-cache", "tmp")
 
 
 class Compiler:
@@ -136,16 +144,18 @@ class Compiler:
         return self.child.poll() is None
 
     def rss_bytes(self) -> int:
-        from drkernel.env.sandbox import group_rss_bytes
+        """Proportional resident bytes of its group (PSS: the pages it shares with the zygote and
+        the worker count once between them, not once in each)."""
+        from drkernel.env.sandbox import group_pss_bytes
 
-        return group_rss_bytes(self.pgid) if self.running else 0
+        return group_pss_bytes(self.pgid) if self.running else 0
 
     def kill(self, reason: str | None = None) -> None:
-        """SIGKILL to its group while its leader has not been reaped (once it has, the zygote has
-        killed the group itself, and its id may be another process's)."""
-        if reason and self.reason is None:
+        """SIGKILL to its group while its leader lives (once the leader has ended, the zygote kills
+        the group itself before reaping it, and the id may soon be another process's)."""
+        if reason and self.reason is None and self.running:
             self.reason = reason
-        if self.running:
+        if self.running and self.child.leader_alive():
             kill_group(self.pgid)
 
     def wait(self, timeout_s: float) -> dict[str, Any]:
@@ -181,13 +191,23 @@ class Compiler:
 
     def phases(self) -> dict[str, float]:
         import json
+        import math
+        import stat
 
         try:
-            with open(os.path.join(self.workdir, PHASES_FILE), "rb") as fh:
-                raw = json.loads(fh.read(4096))
-            return {str(k)[:40]: round(float(v), 4) for k, v in list(raw.items())[:16]}
-        except Exception:  # noqa: BLE001 - absent, cut short or forged: no phases
+            fd = os.open(os.path.join(self.workdir, PHASES_FILE), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        except OSError:
             return {}
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return {}
+            raw = json.loads(os.read(fd, 4096))
+            out = {str(k)[:40]: float(v) for k, v in list(raw.items())[:16]}
+            return {k: round(v, 4) for k, v in out.items() if math.isfinite(v) and 0 <= v < 1e6}
+        except Exception:  # noqa: BLE001 - cut short or forged: no phases
+            return {}
+        finally:
+            os.close(fd)
 
 
 def kill_group(pgid: int) -> None:
@@ -221,7 +241,7 @@ def compile_main(workdir: str, job: dict[str, Any]) -> int:
         phases[name], last = round(now - last, 4), now
         phases["total"] = round(now - t0, 4)
         try:
-            with open(os.path.join(workdir, PHASES_FILE), "w") as fh:
+            with open(os.path.join(workdir, PHASES_FILE), "w") as fh:  # (tmp exists: enter_private_environment)
                 json.dump(phases, fh)
         except OSError:
             pass
@@ -256,7 +276,8 @@ def compile_main(workdir: str, job: dict[str, Any]) -> int:
         shared = enter_private_environment(workdir)  # as the worker's: the same Triton cache
         candidate_file = str(Path(job["candidate_file"]).resolve())
         install_naming(candidate_file, job["kernel_suffix"])
-        report = confine(workdir, extra_read=[shared] if shared else None, devices=False)
+        report = confine(workdir, extra_read=[shared] if shared else None, devices=False,
+                         writable=[os.path.join(workdir, d) for d in WRITABLE])
         if not report.get("landlock") or report.get("reason") or not report["process_group"].startswith("fixed"):
             return EXIT_UNCONFINED
         auditor = Auditor()

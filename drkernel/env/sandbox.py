@@ -127,9 +127,22 @@ def _group_pids(pgid: int, max_age_s: float = 0.0) -> list[int]:
         return list(_GROUPS["map"].get(pgid, ()))
 
 
-def group_rss_bytes(pgid: int) -> int:
-    """Resident bytes of the processes of group ``pgid`` (the member list at most 0.5 s old)."""
-    return sum(_rss_bytes(p) for p in set(_group_pids(pgid, max_age_s=0.5)) | {pgid})
+def _pss_bytes(pid: int) -> int:
+    """Proportional set size: resident pages, each shared page divided among its sharers."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return _rss_bytes(pid)
+
+
+def group_pss_bytes(pgid: int) -> int:
+    """Proportional resident bytes of the processes of group ``pgid`` (the member list at most
+    0.5 s old)."""
+    return sum(_pss_bytes(p) for p in set(_group_pids(pgid, max_age_s=0.5)) | {pgid})
 
 
 _GROUPS: dict[str, Any] = {"at": 0.0, "map": {}}
@@ -245,7 +258,11 @@ class CandidateProcess:
         from drkernel.env.precompile import Compiler
         from drkernel.env.zygote import spawn_compiler
 
+        if not self.alive:  # no memory watcher would count it
+            return None
         self.compiler = Compiler(spawn_compiler(self.env, str(self.workdir), job), str(self.workdir))
+        if not self.alive:  # the worker ended meanwhile (its watcher may have missed the compiler)
+            self.compiler.kill("its worker ended")
         return self.compiler
 
     def cpu_seconds(self) -> tuple[float, float] | None:
@@ -291,7 +308,15 @@ class CandidateProcess:
 
     def _watch_memory(self) -> None:
         # The candidate's RSS is read every 50 ms; finding other members of its process group means
-        # scanning all of /proc, so that list is refreshed once a second.
+        # scanning all of /proc, so that list is refreshed once a second. The compiler's group counts
+        # with the worker's (drkernel.env.precompile).
+        try:
+            self._watch_loop()
+        finally:  # from here on nobody counts the compiler's memory: it goes too
+            if self.compiler is not None:
+                self.compiler.kill("its worker ended")
+
+    def _watch_loop(self) -> None:
         others: list[int] = []
         polls = 0
         while not self._watch_stop.wait(0.05):

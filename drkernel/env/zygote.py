@@ -186,19 +186,24 @@ def serve(fd: int) -> int:
                 chunk, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 3)
             except OSError:
                 return 0
-            if not chunk:
-                return 0  # the grader is gone; running children notice through their own sockets
+            if not chunk:  # the grader is gone; workers notice through their own sockets
+                for pid in compilers:  # (PDEATHSIG would end a compiler but not what it started)
+                    try:
+                        os.killpg(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                return 0
             buf, held = buf + chunk, held + list(fds)
             if buf.endswith(b"\n"):  # else the rest of the request is still on its way
                 try:
                     req = json.loads(buf)
                 except ValueError as exc:
-                    req = {"error": f"unreadable request: {exc}"}
+                    req = {"workdir": "", "error": f"unreadable request: {exc}"}
                 reply = _fork_for(req, held, ctl, compilers)
                 for f in held:
                     os.close(f)
                 buf, held = b"", []
-                _send(ctl, {"id": req.get("id"), **reply})
+                _send(ctl, {"id": req.get("id") if isinstance(req, dict) else None, **reply})
         while True:  # reap every child that has ended
             try:
                 # a compiler's group is killed before its leader is reaped (its pid, and so its group
@@ -221,6 +226,8 @@ def serve(fd: int) -> int:
 def _fork_for(req: dict[str, Any], fds: list[int], ctl: socket.socket, compilers: set[int]) -> dict[str, Any]:
     """Fork the child a request asks for; ``{"pid": pid}`` or ``{"pid": None, "error": ...}``.
     Never raises: a request the zygote cannot serve is answered, the zygote goes on."""
+    if not isinstance(req, dict) or not isinstance(req.get("workdir"), str):
+        return {"pid": None, "error": "a request is an object with a workdir"}
     if "error" in req:
         return {"pid": None, "error": req["error"]}
     compiler = "compile" in req
@@ -260,33 +267,53 @@ class ZygoteChild:
         self.returncode: int | None = None
         self._zygote = zygote
         self._ended = threading.Event()
+        self._fd_lock = threading.Lock()  # the pidfd: polled from several threads, closed once
         try:
             self._pidfd: int | None = os.pidfd_open(pid)
         except (OSError, AttributeError):
             self._pidfd = None
 
     def _set(self, code: int) -> None:
-        if self.returncode is None:
-            self.returncode = code
-        self._ended.set()
-        if self._pidfd is not None:
+        with self._fd_lock:
+            if self.returncode is None:
+                self.returncode = code
+            self._ended.set()
+            if self._pidfd is not None:
+                try:
+                    os.close(self._pidfd)
+                except OSError:
+                    pass
+                self._pidfd = None
+
+    def leader_alive(self) -> bool:
+        """The process itself has not ended (not even as a zombie): its pid, and a group it leads,
+        cannot be another process's."""
+        with self._fd_lock:
+            if self.returncode is not None:
+                return False
+            fd = self._pidfd
+            if fd is None:
+                from drkernel.env.sandbox import proc_stat
+
+                fields = proc_stat(self.pid)
+                return fields is not None and fields[0] not in ("Z", "X")
             try:
-                os.close(self._pidfd)
-            except OSError:
-                pass
-            self._pidfd = None
+                return not select.select([fd], [], [], 0)[0]
+            except (OSError, ValueError):
+                return False
 
     def _gone_unreported(self) -> bool:
         """The zygote is dead and the child has ended (so no status will ever come)."""
         if self._zygote.alive:
             return False
-        fd = self._pidfd
-        if fd is None:
-            return not os.path.exists(f"/proc/{self.pid}")
-        try:
-            return bool(select.select([fd], [], [], 0)[0])
-        except (OSError, ValueError):
-            return True
+        with self._fd_lock:
+            fd = self._pidfd
+            if fd is None:
+                return not os.path.exists(f"/proc/{self.pid}")
+            try:
+                return bool(select.select([fd], [], [], 0)[0])
+            except (OSError, ValueError):
+                return True
 
     def poll(self) -> int | None:
         if self.returncode is None and self._gone_unreported():
@@ -319,6 +346,8 @@ class Zygote:
         self._sock = parent
         self._lock = threading.Lock()  # one spawn request at a time (replies come in order)
         self._rid = 0  # the last request's id (its reply carries it)
+        self._abandoned: set[int] = set()  # ids of requests whose reply did not come in time
+        self._dropped: set[int] = set()  # pids of children forked for those
         self._replies: list[dict[str, Any]] = []
         self._cond = threading.Condition()
         self._children: dict[int, ZygoteChild] = {}
@@ -352,10 +381,14 @@ class Zygote:
                 if "exit" in msg:
                     with self._cond:
                         child = self._children.pop(msg["exit"], None)
-                        if child is None:  # reported before spawn() registered it
+                        if msg["exit"] in self._dropped:
+                            self._dropped.discard(msg["exit"])
+                        elif child is None:  # reported before spawn() registered it
                             self._early_exits[msg["exit"]] = msg["status"]
                     if child is not None:
                         child._set(msg["status"])
+                elif msg.get("id") is not None and msg["id"] in self._abandoned:
+                    self._drop(msg)
                 else:
                     with self._cond:
                         self._replies.append(msg)
@@ -363,6 +396,20 @@ class Zygote:
         with self._cond:
             self._eof = True
             self._cond.notify_all()
+
+    def _drop(self, msg: dict[str, Any]) -> None:
+        """A reply to a request the grader gave up on: kill the child it names at once (it was forked
+        just before this reply was sent, and its end is reported only after it)."""
+        self._abandoned.discard(msg.get("id"))
+        if msg.get("pid"):
+            pid = int(msg["pid"])
+            with self._cond:
+                self._dropped.add(pid)  # its exit report is not a later child's
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
 
     def _reply(self, timeout_s: float, what: str, rid: int | None = None) -> dict[str, Any]:
         """The next reply (to request ``rid``: a late reply to an earlier request that timed out is
@@ -373,18 +420,16 @@ class Zygote:
                 while not self._replies:
                     left = deadline - time.monotonic()
                     if self._eof or left <= 0:
+                        if rid is not None:  # its reply, should it come, names a child nobody tracks
+                            self._abandoned.add(rid)
                         raise RuntimeError(f"zygote gave no reply during {what}"
                                            + (" (it exited)" if self._eof else f" in {timeout_s:.0f}s"))
                     self._cond.wait(min(left, 0.5))
                 reply = self._replies.pop(0)
                 if rid is None or reply.get("id") == rid:
                     return reply
-                if reply.get("pid"):  # nobody tracks that child: it must not run
-                    for kill in (os.killpg, os.kill):
-                        try:
-                            kill(int(reply["pid"]), signal.SIGKILL)
-                        except OSError:
-                            pass
+                if reply.get("id") is not None:  # queued just before its request was given up on
+                    self._drop(reply)
 
     def spawn(self, proto_fd: int, workdir: str, env: dict[str, str] | None = None,
               timeout_s: float = 30.0, stage_fd: int | None = None) -> ZygoteChild:

@@ -110,19 +110,31 @@ print(json.dumps({"new_entries": len(set(os.listdir(env["TRITON_CACHE_DIR"])) - 
 '''
 
 
-needs_landlock = pytest.mark.skipif(
-    __import__("drkernel.env.confine", fromlist=["landlock_abi"]).landlock_abi() <= 0,
-    reason="no Landlock here: the compiler refuses to run unconfined")
+def _confinable() -> bool:
+    import platform
+
+    from drkernel.env.confine import landlock_abi
+    from drkernel.env.seccomp import _ABIS
+
+    return landlock_abi() > 0 and platform.machine() in _ABIS
+
+
+needs_landlock = pytest.mark.skipif(not _confinable(),
+                                    reason="no Landlock or seccomp filter here: the compiler refuses to run unconfined")
+_ROOT = tempfile.mkdtemp(prefix="drkernel-test-precompile-")
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _stop_zygotes():
     yield
+    import shutil
+
     from drkernel.env import zygote
 
     with zygote._zygotes_lock:
         for key in [k for k in zygote._zygotes if k.startswith("cuda:")]:
             zygote._zygotes.pop(key)[1].close()
+    shutil.rmtree(_ROOT, ignore_errors=True)
 
 
 def _job(work: Path, timeout_s: float) -> dict:
@@ -133,12 +145,13 @@ def _job(work: Path, timeout_s: float) -> dict:
 
 
 def _workdir(behaviour: str) -> Path:
-    work = Path(tempfile.mkdtemp(prefix="drkernel-test-"))
+    work = Path(tempfile.mkdtemp(dir=_ROOT))
     (work / "candidate.py").write_text(CANDIDATE.replace("BEHAVIOUR", behaviour))
     return work
 
 
-def _compile(behaviour: str = "pass", timeout_s: float = 60.0, during: object = None) -> tuple[dict, Path]:
+def _compile(behaviour: str = "pass", timeout_s: float = 60.0, during: object = None,
+             work_out: list | None = None) -> tuple[dict, Path]:
     """Fork a compiler from a CUDA worker's zygote (this machine has no GPU: Triton compiles for an
     H100 anyway) for a fresh work directory and wait for it as the grader does; ``during(child)``
     runs while it works."""
@@ -147,6 +160,8 @@ def _compile(behaviour: str = "pass", timeout_s: float = 60.0, during: object = 
     from drkernel.env.zygote import spawn_compiler
 
     work = _workdir(behaviour)
+    if work_out is not None:
+        work_out.append(work)
     compiler = Compiler(spawn_compiler(worker_env("cuda:0"), str(work), _job(work, timeout_s)), str(work))
     if during is not None:
         during(compiler.child)
@@ -209,8 +224,10 @@ def test_a_compiler_that_hangs_is_killed_with_its_group_at_the_time_limit():
 def test_a_compiler_is_killed_when_it_and_its_worker_pass_the_memory_limit():
     """The worker's memory watcher counts the compiler's group from its start (also while the worker
     loads, before the grader waits for it) and kills the compiler, not the worker."""
-    from drkernel.env.sandbox import CandidateProcess
+    from drkernel.env.sandbox import CandidateProcess, start_method_default
 
+    if start_method_default() != "zygote":
+        pytest.skip("workers start by exec here: no zygote, no compiler")
     work_behaviour = "hog = [b'x' * (64 << 20) for _ in range(48)]\n        while True: pass"  # 3 GiB
     with CandidateProcess("cpu", memory_limit_mb=1500).wait_ready() as proc:
         (proc.workdir / "candidate.py").write_text(CANDIDATE.replace("BEHAVIOUR", work_behaviour))
@@ -227,25 +244,65 @@ def test_a_compiler_is_killed_when_it_and_its_worker_pass_the_memory_limit():
 
 @needs_landlock
 def test_the_compiler_is_confined_in_its_own_group_and_holds_nothing_of_the_graders():
+    from drkernel.env.precompile import PHASES_FILE
+
     seen: dict = {}
 
     def look(child):
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # until it is confined (then it spins in the forward)
-            fields = {line.split(":")[0]: line.split(":", 1)[1].strip()
-                      for line in Path(f"/proc/{child.pid}/status").read_text().splitlines()}
-            if fields.get("Seccomp") == "2":
-                break
+        phases = Path(child_work[0]) / PHASES_FILE
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until it spins in the forward (confined, imported, built)
+            try:
+                if "build" in json.loads(phases.read_text()):
+                    break
+            except (OSError, ValueError):
+                pass
             time.sleep(0.05)
-        seen["fields"] = fields
+        time.sleep(0.2)
+        seen["fields"] = {line.split(":")[0]: line.split(":", 1)[1].strip()
+                          for line in Path(f"/proc/{child.pid}/status").read_text().splitlines()}
         seen["fds"] = sorted(os.readlink(f"/proc/{child.pid}/fd/{f}") for f in os.listdir(f"/proc/{child.pid}/fd"))
         seen["pgid"] = os.getpgid(child.pid)
 
-    waited, _ = _compile("while True: pass", timeout_s=30.0, during=look)
+    child_work: list = []
+    waited, _ = _compile("while True: pass", timeout_s=60.0, during=look, work_out=child_work)
     assert seen["pgid"] == waited["pid"] != os.getpgid(0)  # a group of its own, as the zygote reported
     assert seen["fields"]["Seccomp"] == "2" and seen["fields"]["NoNewPrivs"] == "1"  # setsid/setpgid refused
     # only /dev/null and library files: no socket, pipe, stage (memfd) or device file
     assert all(f == "/dev/null" or f.endswith(".so") for f in seen["fds"]), seen["fds"]
+
+
+@needs_landlock
+def test_the_compiler_cannot_rewrite_the_file_the_worker_imports():
+    """The worker imports ``candidate.py`` after the compiler started: a compiler that rewrote it would
+    have the worker run code the static checks never saw. Only the cache and tmp are its to write."""
+    behaviour = "open(__file__, 'a').write('\\nimport os  # smuggled\\n')"
+    waited, work = _compile(behaviour)
+    assert waited["exit"] == 2  # Landlock refused the write: the forward raised
+    assert (work / "candidate.py").read_text() == CANDIDATE.replace("BEHAVIOUR", behaviour)
+
+
+def test_the_phases_file_cannot_block_or_mislead_the_grader(tmp_path):
+    """The compiler's phase timers come from a path the candidate controls: a FIFO there (an open
+    for reading would block forever), a link to another file, or non-numbers give no phases."""
+    from drkernel.env.precompile import PHASES_FILE, Compiler
+
+    c = Compiler.__new__(Compiler)
+    c.workdir = str(tmp_path)
+    path = tmp_path / PHASES_FILE
+    path.parent.mkdir()
+    os.mkfifo(path)
+    t0 = time.monotonic()
+    assert c.phases() == {} and time.monotonic() - t0 < 1.0
+    path.unlink()
+    (tmp_path / "elsewhere.json").write_text('{"total": 1.0}')
+    path.symlink_to(tmp_path / "elsewhere.json")
+    assert c.phases() == {}
+    path.unlink()
+    path.write_text('{"total": NaN, "forward": -1, "build": 0.5, "x": "y"}')
+    assert c.phases() == {}  # one value is not a number: none is taken
+    path.write_text('{"total": Infinity, "build": 0.5}')
+    assert c.phases() == {"build": 0.5}
 
 
 @needs_landlock
@@ -273,7 +330,7 @@ def test_a_worker_started_by_exec_has_no_compiler():
 
 def test_the_seccomp_filter_refuses_leaving_the_group_in_every_thread_and_child():
     script = '''
-import os, subprocess, threading, time
+import os, subprocess, sys, threading, time
 from drkernel.env.seccomp import fix_process_group
 alive = threading.Event()
 t = threading.Thread(target=alive.wait); t.start()
@@ -295,7 +352,7 @@ if pid == 0:
     except PermissionError:
         os._exit(0)
 out["child"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-out["exec"] = subprocess.run(["sh", "-c", "exec setsid true"], capture_output=True).returncode
+out["exec"] = subprocess.run([sys.executable, "-c", "import os; os.setsid()"], capture_output=True).returncode
 out["thread"] = open(f"/proc/self/task/{t.native_id}/status").read().split("Seccomp:")[1].split()[0]
 out["pgid"] = os.getpgid(0) == os.getpgid(os.getpid())
 alive.set()

@@ -1,5 +1,7 @@
 """A crashing, hanging, hostile or greedy candidate is a failed result, never a grader crash."""
 
+import os
+
 import pytest
 
 from drkernel.env.conformance import PROBE_TASK, _KERNEL
@@ -204,6 +206,44 @@ def test_a_zygote_answers_what_it_cannot_serve_drops_late_replies_and_goes_on(tm
         child = z.spawn_compiler(str(tmp_path), {"not": "a job"})  # its reply comes after the stale one
         assert child.wait(30) == 70 and z.alive and not z._replies
     finally:
+        z.close()
+
+
+def test_a_child_whose_request_was_given_up_on_is_killed_when_its_reply_comes(tmp_path):
+    """A reply that comes after the grader stopped waiting names a child nobody tracks: it is killed
+    as the reply arrives (not at some later request), and its end is not mistaken for a later
+    child's."""
+    import json
+    import select
+    import socket
+    import time
+
+    from drkernel.env import zygote
+    from drkernel.env.sandbox import worker_env
+
+    z = zygote.Zygote(worker_env("cpu"))
+    ours, theirs = socket.socketpair()
+    r, w = os.pipe()
+    try:
+        with z._lock:
+            z._rid += 1
+            z._abandoned.add(z._rid)  # as a _reply that timed out leaves it
+            msg = json.dumps({"workdir": str(tmp_path), "env": worker_env("cpu"), "id": z._rid}).encode() + b"\n"
+            socket.send_fds(z._sock, [msg], [theirs.fileno(), w])
+        theirs.close()
+        os.close(w)
+        # a worker left alone would wait for requests forever; killed, its output pipe closes
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and select.select([r], [], [], 1.0)[0]:
+            if not os.read(r, 1 << 16):
+                break
+        assert time.monotonic() < deadline, "the late child was not killed"
+        while z._dropped and time.monotonic() < deadline:  # its exit report arrives and is discarded
+            time.sleep(0.02)
+        assert not z._dropped and not z._early_exits and not z._replies and not z._abandoned
+    finally:
+        os.close(r)
+        ours.close()
         z.close()
 
 
