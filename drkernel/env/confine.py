@@ -189,7 +189,8 @@ def _landlock(workdir: str, extra_read: list[str] | None, devices: bool,
             return report
     finally:
         os.close(fd)
-    report.update(writes="work directory only" if writable is None else "named parts of the work directory only", reads="libraries, system directories, work directory",
+    report.update(writes="work directory only" if writable is None else "named parts of the work directory only",
+                  reads="libraries, system directories, work directory",
                   network="TCP refused" if net else "open (Landlock ABI < 4)",
                   signals="own process only" if scoped else "open (Landlock ABI < 6)")
     if problems:

@@ -46,15 +46,14 @@ whatever it did (the zygote kills a compiler's group before reaping it, too). It
 from the zygote. Nothing the compiler does decides a verdict (``details["precompile"]`` is
 diagnostics): it can only write the worker's Triton cache and temporary directory (:data:`WRITABLE`),
 which the candidate's code in the worker can too; the candidate's file, which the worker imports
-after the compiler started, is read-only to it. It never runs beside its own evaluation's calls; beside other evaluations' it runs
-at idle priority, on CPU only. The reference outputs are still computed before any candidate code
-can reach the GPU.
+after the compiler started, is read-only to it. It never runs beside its own evaluation's calls;
+beside other evaluations' it runs at idle priority, on CPU only. The reference outputs are still
+computed before any candidate code can reach the GPU.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import time
 from typing import Any
 
@@ -143,7 +142,7 @@ class Compiler:
     def running(self) -> bool:
         return self.child.poll() is None
 
-    def rss_bytes(self) -> int:
+    def pss_bytes(self) -> int:
         """Proportional resident bytes of its group (PSS: the pages it shares with the zygote and
         the worker count once between them, not once in each)."""
         from drkernel.env.sandbox import group_pss_bytes
@@ -156,6 +155,8 @@ class Compiler:
         if reason and self.reason is None and self.running:
             self.reason = reason
         if self.running and self.child.leader_alive():
+            from drkernel.env.sandbox import kill_group
+
             kill_group(self.pgid)
 
     def wait(self, timeout_s: float) -> dict[str, Any]:
@@ -208,21 +209,6 @@ class Compiler:
             return {}
         finally:
             os.close(fd)
-
-
-def kill_group(pgid: int) -> None:
-    """SIGKILL to process group ``pgid`` and to any member a scan of /proc still finds."""
-    from drkernel.env.sandbox import _group_pids
-
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for pid in _group_pids(pgid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def compile_main(workdir: str, job: dict[str, Any]) -> int:
@@ -338,4 +324,4 @@ def _compile_forward(candidate_file: str, entry_point: str, loaded: Any, target:
     return True
 
 
-__all__ = ["job", "cuda_target", "Compiler", "kill_group", "compile_main", "CompileOnlyDriver"]
+__all__ = ["job", "cuda_target", "Compiler", "compile_main", "CompileOnlyDriver"]

@@ -48,15 +48,20 @@ class CandidateFailure(Exception):
         self.output_tail = output_tail
 
 
-def _rss_bytes(pid: int) -> int:
+def _status_kb(pid: int, name: str, key: str) -> int:
+    """The ``key:`` line of ``/proc/PID/<name>`` in bytes (its value is in kB; 0 when absent)."""
     try:
-        with open(f"/proc/{pid}/status") as fh:
+        with open(f"/proc/{pid}/{name}") as fh:
             for line in fh:
-                if line.startswith("VmRSS:"):
+                if line.startswith(key):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
     return 0
+
+
+def _rss_bytes(pid: int) -> int:
+    return _status_kb(pid, "status", "VmRSS:")
 
 
 def cpu_seconds(pid: int) -> tuple[float, float] | None:
@@ -129,20 +134,26 @@ def _group_pids(pgid: int, max_age_s: float = 0.0) -> list[int]:
 
 def _pss_bytes(pid: int) -> int:
     """Proportional set size: resident pages, each shared page divided among its sharers."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as fh:
-            for line in fh:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return _rss_bytes(pid)
+    return _status_kb(pid, "smaps_rollup", "Pss:") or _rss_bytes(pid)
 
 
 def group_pss_bytes(pgid: int) -> int:
     """Proportional resident bytes of the processes of group ``pgid`` (the member list at most
     0.5 s old)."""
     return sum(_pss_bytes(p) for p in set(_group_pids(pgid, max_age_s=0.5)) | {pgid})
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL to process group ``pgid`` and to any member a fresh scan of /proc still finds."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for pid in _group_pids(pgid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 _GROUPS: dict[str, Any] = {"at": 0.0, "map": {}}
@@ -327,7 +338,7 @@ class CandidateProcess:
             polls += 1
             rss = _rss_bytes(self.proc.pid) + sum(_rss_bytes(p) for p in others)
             compiler = self.compiler
-            extra = compiler.rss_bytes() if compiler is not None else 0
+            extra = compiler.pss_bytes() if compiler is not None else 0
             # the stage's page-locked pages are resident in the worker too: not the candidate's
             if rss + extra > self.memory_limit + self.stage.registered and extra:
                 # the compiler only saves time: it goes first, the worker's verdict is untouched
@@ -451,26 +462,16 @@ class CandidateProcess:
 
     # -- teardown -----------------------------------------------------------------------------------
     def _kill_group(self) -> None:
-        if self._closed and self.failure is None:
-            sigs = (signal.SIGKILL,)
-        else:
-            sigs = (signal.SIGTERM, signal.SIGKILL)
-        for sig in sigs:
+        if not (self._closed and self.failure is None):  # a failure: SIGTERM first, a grace period
             try:
-                os.killpg(self.pgid, sig)
+                os.killpg(self.pgid, signal.SIGTERM)
             except (ProcessLookupError, PermissionError):
                 pass
-            if sig == signal.SIGTERM:
-                try:
-                    self.proc.wait(timeout=GRACE_S)
-                except subprocess.TimeoutExpired:
-                    pass
-        # Leftover members of the group (grandchildren) get SIGKILL too.
-        for pid in _group_pids(self.pgid):
             try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
+                self.proc.wait(timeout=GRACE_S)
+            except subprocess.TimeoutExpired:
                 pass
+        kill_group(self.pgid)  # the group, and leftover members (grandchildren) a scan finds
 
     def close(self) -> None:
         if self._closed:

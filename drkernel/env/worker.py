@@ -610,12 +610,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    # started by exec: the modules a zygote preloads, so both start methods give the candidate the
-    # same modules already imported (importing a loaded module raises no audit event)
-    import importlib
+    # started by exec: the modules a zygote preloads (importing a loaded module raises no audit event)
+    from drkernel.env.zygote import preload
 
-    from drkernel.env.zygote import PRELOAD
-
-    for _name in PRELOAD:
-        importlib.import_module(_name)
+    preload()
     sys.exit(main(sys.argv[1:]))

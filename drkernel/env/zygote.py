@@ -59,8 +59,8 @@ PRELOAD = ("numpy", "torch", "torch.profiler", "torch.utils._python_dispatch", "
            # what a compiler (drkernel.env.precompile) would import on its first meta tensor and its
            # first compile: 2.3-5 s of every compiler on an H100 machine (sympy; torch._dynamo, which
            # the Python meta kernels of arithmetic import on first use)
-           "torch.utils._device", "torch.fx.experimental.symbolic_shapes", "torch._dynamo", "triton.compiler.code_generator",
-           "triton.backends.nvidia.driver")
+           "torch.utils._device", "torch.fx.experimental.symbolic_shapes", "torch._dynamo",
+           "triton.compiler.code_generator", "triton.backends.nvidia.driver")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -70,25 +70,33 @@ def _send(sock: socket.socket, obj: dict[str, Any]) -> None:
     sock.sendall(json.dumps(obj).encode() + b"\n")
 
 
+def _enter(env: dict[str, str] | None, ctl: socket.socket, workdir: str, out_fd: int | None) -> None:
+    """In a forked child: take the request's environment (see spawn_worker), let go of the
+    zygote's control socket and signal handling, stdin from /dev/null, stdout and stderr to
+    ``out_fd`` (None: /dev/null too), enter ``workdir``."""
+    if env is not None:
+        os.environ.clear()
+        os.environ.update(env)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    ctl.close()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    for fd in (1, 2):
+        os.dup2(devnull if out_fd is None else out_fd, fd)
+    os.close(devnull)
+    if out_fd is not None:
+        os.close(out_fd)
+    os.chdir(workdir)
+
+
 def _child(proto_fd: int, out_fd: int, workdir: str, env: dict[str, str] | None, ctl: socket.socket,
            stage_fd: int | None = None) -> None:
     """In the forked child: become a worker. Never returns (``os._exit``)."""
     code = 70
     try:
         os.setsid()
-        if env is not None:  # the worker's environment as of this request (see spawn_worker)
-            os.environ.clear()
-            os.environ.update(env)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _enter(env, ctl, workdir, out_fd)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        ctl.close()
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(out_fd, 1)
-        os.dup2(out_fd, 2)
-        os.close(devnull)
-        os.close(out_fd)
-        os.chdir(workdir)
         from drkernel.env import worker
 
         code = worker.main([str(proto_fd), workdir] + ([str(stage_fd)] if stage_fd is not None else []))
@@ -120,16 +128,7 @@ def _compiler(workdir: str, env: dict[str, str] | None, job: dict[str, Any], ctl
         ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: dies with the zygote
         if os.getppid() != zygote:  # the zygote died before that took hold
             os._exit(code)
-        if env is not None:
-            os.environ.clear()
-            os.environ.update(env)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        ctl.close()
-        devnull = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(devnull, fd)
-        os.close(devnull)
-        os.chdir(workdir)
+        _enter(env, ctl, workdir, None)
         from drkernel.env.precompile import compile_main
 
         code = compile_main(workdir, job)
@@ -157,14 +156,20 @@ def _gpu_device_files() -> list[str]:
     return found
 
 
+def preload() -> None:
+    """Import :data:`PRELOAD` (a zygote before serving; a worker started by exec, so both start
+    methods give the candidate the same modules already imported)."""
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+
+
 def serve(fd: int) -> int:
     """The zygote's loop: preload, then fork on request and report children's ends."""
     ctl = socket.socket(fileno=fd)
     try:
-        import importlib
-
-        for name in PRELOAD:
-            importlib.import_module(name)
+        preload()
         if os.environ.get("DRKERNEL_WORKER_DEVICE") == "cpu":
             # the dispatch mode's lazy imports (~2 s), which every CPU worker would pay in its first call
             from drkernel.env.profiling import warm_up
@@ -288,28 +293,21 @@ class ZygoteChild:
     def leader_alive(self) -> bool:
         """The process itself has not ended (not even as a zombie): its pid, and a group it leads,
         cannot be another process's."""
+        return self.returncode is None and not self._ended_now()
+
+    def _gone_unreported(self) -> bool:
+        """The zygote is dead and the child has ended (so no status will ever come)."""
+        return not self._zygote.alive and self._ended_now()
+
+    def _ended_now(self) -> bool:
+        """The process has ended, as a zombie or gone (its pidfd is readable; without one, /proc)."""
         with self._fd_lock:
-            if self.returncode is not None:
-                return False
             fd = self._pidfd
             if fd is None:
                 from drkernel.env.sandbox import proc_stat
 
                 fields = proc_stat(self.pid)
-                return fields is not None and fields[0] not in ("Z", "X")
-            try:
-                return not select.select([fd], [], [], 0)[0]
-            except (OSError, ValueError):
-                return False
-
-    def _gone_unreported(self) -> bool:
-        """The zygote is dead and the child has ended (so no status will ever come)."""
-        if self._zygote.alive:
-            return False
-        with self._fd_lock:
-            fd = self._pidfd
-            if fd is None:
-                return not os.path.exists(f"/proc/{self.pid}")
+                return fields is None or fields[0] in ("Z", "X")
             try:
                 return bool(select.select([fd], [], [], 0)[0])
             except (OSError, ValueError):
