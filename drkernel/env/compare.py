@@ -49,11 +49,32 @@ CONDITION_ULPS = 64.0
 """Multiple of the reference's own rounding sensitivity allowed per element (module docstring)."""
 
 
-def _rms(rabs: torch.Tensor, finite: torch.Tensor, n_finite: torch.Tensor) -> torch.Tensor:
-    """Root-mean-square over the finite elements (``finite``, ``n_finite`` of them) of a widened
-    tensor given as its magnitudes ``rabs``: a float64 scalar on the device (no read back)."""
-    zero = torch.zeros((), dtype=torch.float64, device=rabs.device)
-    return (torch.where(finite, rabs.pow(2), zero).sum() / n_finite.clamp_min(1)).sqrt()
+CHUNK = 1 << 24
+"""Elements compared per pass of the comparison's loop: its float64 temporaries take at most a few
+times 128 MiB whatever the output's size (a 64M-element output widened whole took ~3.5 GiB per
+comparison; with several evaluations in flight the grader's CUDA cache outgrew its share and it
+emptied it, which waits for the device, every few evaluations)."""
+
+
+def _wide(t: torch.Tensor) -> torch.dtype:
+    return torch.complex128 if t.is_complex() else torch.float64
+
+
+def _chunks(n: int) -> range:
+    return range(0, n, CHUNK)
+
+
+def _rms_parts(rf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rms, n_finite)`` of a flat reference over its finite elements, as device scalars (float64,
+    int64), chunk by chunk: no read back."""
+    sq = torch.zeros((), dtype=torch.float64, device=rf.device)
+    n_finite = torch.zeros((), dtype=torch.int64, device=rf.device)
+    for s in _chunks(rf.numel()):
+        r = rf[s:s + CHUNK].to(_wide(rf))
+        fin = torch.isfinite(r)
+        n_finite += fin.sum()
+        sq += torch.where(fin, r.abs().square(), 0.0).sum()
+    return (sq / n_finite.clamp_min(1)).sqrt(), n_finite
 
 
 def reference_rms(ref: torch.Tensor) -> float | None:
@@ -61,10 +82,8 @@ def reference_rms(ref: torch.Tensor) -> float | None:
     integer or empty outputs, or no finite element)."""
     if ref.numel() == 0 or not (ref.is_floating_point() or ref.is_complex()):
         return None
-    r = ref.detach().to(torch.complex128 if ref.is_complex() else torch.float64)
-    finite = torch.isfinite(r)
-    n_finite = finite.sum()
-    rms, n = torch.stack([_rms(r.abs(), finite, n_finite), n_finite.to(torch.float64)]).tolist()
+    rms_t, n_finite = _rms_parts(ref.detach().reshape(-1))
+    rms, n = torch.stack([rms_t, n_finite.to(torch.float64)]).tolist()
     return rms if n else None
 
 
@@ -86,52 +105,86 @@ def compare_outputs(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: flo
         return Comparison(bad == 0, "" if bad == 0 else f"{bad} of {ref.numel()} integer elements differ",
                           None, None, bad / ref.numel())
     # Compare on the reference's device (a GPU compares 64M elements in milliseconds), in float64,
-    # with one read of the results back to the host: every such read waits for this process's turn
-    # on a GPU shared with the candidates' processes (seven reads made a comparison 14x slower with
-    # 8 evaluations in flight on an H100 than alone).
-    wide = torch.complex128 if ref.is_complex() else torch.float64
-    o = out.detach().to(ref.device).to(wide)  # move in its own dtype, widen on the device
-    r = ref.detach().to(wide)
-    ref_finite = torch.isfinite(r)
-    both = ref_finite & torch.isfinite(o)
-    rabs = r.abs()
-    zero = torch.zeros((), dtype=torch.float64, device=r.device)
-    n_finite = ref_finite.sum()
+    # in chunks of CHUNK elements (bounded memory), with one read of the results back to the host:
+    # every such read waits for this process's turn on a GPU shared with the candidates' processes
+    # (seven reads made a comparison 14x slower with 8 evaluations in flight on an H100 than alone).
+    of, rf = out.detach().reshape(-1), ref.detach().reshape(-1)  # row-major order (copies if strided)
+    af = allowance.reshape(-1) if allowance is not None else None
+    dev, wide = rf.device, _wide(rf)
     if scale is None:
-        rms_t = _rms(rabs, ref_finite, n_finite)
+        rms_t, n_fin_t = _rms_parts(rf)
     else:
-        rms_t = torch.tensor(float(scale), dtype=torch.float64, device=r.device)
-    err = torch.where(both, (o - r).abs(), zero)
-    bound = atol * rms_t + rtol * rabs
-    if allowance is not None:
-        bound = bound + allowance.to(device=r.device, dtype=torch.float64)
-    bad = both & (err > bound)
+        rms_t, n_fin_t = torch.tensor(float(scale), dtype=torch.float64, device=dev), None
     floor = torch.where(rms_t > 0, rms_t * 1e-6, torch.full_like(rms_t, 1e-30))
-    rel = torch.where(both, err / torch.maximum(rabs, floor), zero)
-    stats = torch.stack([(~ref_finite).sum().to(torch.float64), (ref_finite & ~both).sum().to(torch.float64),
-                         n_finite.to(torch.float64), bad.sum().to(torch.float64), err.max(), rel.max(), rms_t])
-    n_ref_nonfinite, n_bad_nonfinite, n_fin, n_bad, max_abs, max_rel, rms = stats.tolist()
+    counts = torch.zeros(3, dtype=torch.int64, device=dev)  # ref non-finite, output non-finite there, bad
+    maxima = torch.zeros(2, dtype=torch.float64, device=dev)  # max abs err, max rel err (both >= 0)
+    for s in _chunks(rf.numel()):
+        o, r, ref_finite, both, err, bound, bad = _chunk(of, rf, af, s, dev, wide, atol, rtol, rms_t)
+        rel = torch.where(both, err / torch.maximum(r.abs(), floor), 0.0)
+        counts += torch.stack([(~ref_finite).sum(), (ref_finite & ~both).sum(), bad.sum()])
+        maxima = torch.maximum(maxima, torch.stack([err.max(), rel.max()]))
+    n_fin_t = n_fin_t if n_fin_t is not None else rf.numel() - counts[0]
+    stats = torch.cat([counts.to(torch.float64), n_fin_t.reshape(1).to(torch.float64), maxima, rms_t.reshape(1)])
+    n_ref_nonfinite, n_bad_nonfinite, n_bad, n_fin, max_abs, max_rel, rms = stats.tolist()
     # Non-finite reference entries must be matched exactly (NaN where NaN, same infinity).
-    if n_ref_nonfinite:
-        nf = ~ref_finite
-        same = (torch.isnan(r[nf]) & torch.isnan(o[nf])) | (r[nf] == o[nf])
-        if not bool(same.all()):
-            return Comparison(False, "non-finite reference values are not matched")
+    if n_ref_nonfinite and not _nonfinite_matched(of, rf, dev):
+        return Comparison(False, "non-finite reference values are not matched")
     if n_bad_nonfinite:
         n = int(n_bad_nonfinite)
         return Comparison(False, f"output has {n} NaN/Inf value(s) where the reference is finite",
-                          float("inf"), float("inf"), n / r.numel())
+                          float("inf"), float("inf"), n / rf.numel())
     if not n_fin:
         return Comparison(True, "", 0.0, 0.0, 0.0)
     if n_bad:
-        gap = torch.where(bad, err - bound, torch.full_like(err, -float("inf")))
-        idx = int(torch.argmax(gap.flatten()))
+        got, expected = _worst(of, rf, af, dev, wide, atol, rtol, rms_t)
         return Comparison(False, (f"{int(n_bad)} of {int(n_fin)} elements out of tolerance; worst: got "
-                                  f"{complex(o.flatten()[idx]) if o.is_complex() else float(o.flatten()[idx]):.6g}, "
-                                  f"expected {complex(r.flatten()[idx]) if r.is_complex() else float(r.flatten()[idx]):.6g} "
+                                  f"{got:.6g}, expected {expected:.6g} "
                                   f"(max abs err {max_abs:.3g}, rms(ref) {rms:.3g})"),
                           max_abs, max_rel, n_bad / n_fin)
     return Comparison(True, "", max_abs, max_rel, 0.0)
+
+
+def _chunk(of: torch.Tensor, rf: torch.Tensor, af: torch.Tensor | None, s: int, dev: torch.device,
+           wide: torch.dtype, atol: float, rtol: float, rms_t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """One chunk, widened on the device: ``(o, r, ref_finite, both, err, bound, bad)`` with
+    ``err = |o - r|`` where both are finite (0 elsewhere), ``bound = atol * rms + rtol * |r|
+    (+ allowance)``, ``bad = both & (err > bound)``."""
+    o = of[s:s + CHUNK].to(dev).to(wide)  # move in its own dtype, widen on the device
+    r = rf[s:s + CHUNK].to(wide)
+    ref_finite = torch.isfinite(r)
+    both = ref_finite & torch.isfinite(o)
+    err = torch.where(both, (o - r).abs(), 0.0)
+    bound = atol * rms_t + rtol * r.abs()
+    if af is not None:
+        bound = bound + af[s:s + CHUNK].to(device=dev, dtype=torch.float64)
+    return o, r, ref_finite, both, err, bound, both & (err > bound)
+
+
+def _nonfinite_matched(of: torch.Tensor, rf: torch.Tensor, dev: torch.device) -> bool:
+    """Whether the output matches the reference exactly wherever the reference is NaN or infinite
+    (NaN where NaN, the same infinity): only run when the reference has such elements."""
+    unmatched = torch.zeros((), dtype=torch.int64, device=dev)
+    for s in _chunks(rf.numel()):
+        o, r = of[s:s + CHUNK].to(dev), rf[s:s + CHUNK]
+        same = (torch.isnan(r) & torch.isnan(o)) | (r == o)
+        unmatched += (~torch.isfinite(r) & ~same).sum()
+    return not int(unmatched)
+
+
+def _worst(of: torch.Tensor, rf: torch.Tensor, af: torch.Tensor | None, dev: torch.device, wide: torch.dtype,
+           atol: float, rtol: float, rms_t: torch.Tensor) -> tuple[complex | float, complex | float]:
+    """The candidate's and the reference's values where ``err - bound`` is largest among the
+    elements out of tolerance (the first such element on ties): a failure's message only."""
+    best, where = -float("inf"), 0
+    for s in _chunks(rf.numel()):
+        _, _, _, _, err, bound, bad = _chunk(of, rf, af, s, dev, wide, atol, rtol, rms_t)
+        gap = torch.where(bad, err - bound, -float("inf"))
+        k = int(torch.argmax(gap))
+        g = float(gap[k])
+        if g > best:
+            best, where = g, s + k
+    o, r = of[where].to(dev), rf[where]
+    return (complex(o) if o.is_complex() else float(o)), (complex(r) if r.is_complex() else float(r))
 
 
 def storage_span(t: torch.Tensor) -> tuple[int, int] | None:

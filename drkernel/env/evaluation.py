@@ -118,19 +118,48 @@ _GATES_GUARD = threading.Lock()
 
 
 SHORT_OF_MEMORY = 0.25
-"""The grader gives its cached GPU memory back (``empty_cache``) when less than this share of the
-device is free, or when its own cache holds more than :data:`GRADER_CACHE_SHARE` of the device:
-emptying the cache frees memory with ``cudaFree``, which waits for the whole device, so it is not
-done after every evaluation; the cap keeps what a candidate can allocate from depending much on
+"""The grader gives the idle part of its CUDA cache (reserved, not allocated) back (``empty_cache``)
+when less than this share of the device is free, or when that idle part exceeds
+:data:`GRADER_CACHE_SHARE` of the device, and never when it is below :data:`IDLE_FLOOR`: emptying
+frees memory with ``cudaFree``, which waits for the whole device, so it is not done after every
+evaluation nor for a few blocks; the cap keeps what a candidate can allocate from depending much on
 what the grader did before."""
 GRADER_CACHE_SHARE = 0.2
+IDLE_FLOOR = 0.02
+"""Idle cache below this share of the device is not worth a wait for the whole device (on an H100
+at 8 evaluations in flight the device was short of memory most of the time, and the grader emptied
+its cache ~40 times in 32 evaluations, 0.05-0.2 s each, with every other evaluation's work stalled
+behind it)."""
 
 
 def _release_if_short(device: str) -> None:
     dev = torch.device(device)
+    idle = torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev)
     free, total = torch.cuda.mem_get_info(dev)
-    if free < SHORT_OF_MEMORY * total or torch.cuda.memory_reserved(dev) > GRADER_CACHE_SHARE * total:
+    if idle > IDLE_FLOOR * total and (free < SHORT_OF_MEMORY * total or idle > GRADER_CACHE_SHARE * total):
         torch.cuda.empty_cache()
+
+
+_STREAMS_GUARD = threading.Lock()
+_FREE_STREAMS: dict[str, list[Any]] = {}
+
+
+@contextlib.contextmanager
+def _evaluation_stream(device: str) -> Iterator[Any]:
+    """The current stream of one evaluation's thread: the grader's own, not shared with another
+    evaluation in flight, and given back for later evaluations. The caching allocator reuses freed
+    memory only on the stream it was allocated on: a new stream per evaluation made every
+    evaluation's memory unusable to the next, the cache grew past its share, and emptying it
+    (``cudaFree`` waits for the device) stalled every evaluation every few evaluations."""
+    with _STREAMS_GUARD:
+        free = _FREE_STREAMS.setdefault(device, [])
+        stream = free.pop() if free else torch.cuda.Stream(device)
+    try:
+        with torch.cuda.stream(stream):
+            yield stream
+    finally:
+        with _STREAMS_GUARD:
+            _FREE_STREAMS[device].append(stream)
 
 
 def device_gate(device: str) -> DeviceGate | None:
@@ -220,17 +249,28 @@ class StageClock:
     """Seconds per part of the evaluation (``details["stage_seconds"]``)."""
 
     seconds: dict[str, float] = field(default_factory=dict)
+    _open: list[list[float]] = field(default_factory=list, repr=False)  # per open part: seconds queued in it
 
     @contextlib.contextmanager
     def part(self, name: str) -> Iterator[None]:
         t0 = time.monotonic()
+        self._open.append(queued := [0.0])
         try:
             yield
         finally:
-            self.add(name, time.monotonic() - t0)
+            self._open.pop()
+            self.add(name, time.monotonic() - t0 - queued[0])
 
     def add(self, name: str, s: float) -> None:
         self.seconds[name] = round(self.seconds.get(name, 0.0) + s, 4)
+
+    QUEUE = "gpu_queue"
+
+    def queued(self, s: float) -> None:
+        """Seconds spent waiting for the GPU (``gpu_queue``), not in the parts open meanwhile."""
+        self.add(self.QUEUE, s)
+        for q in self._open:
+            q[0] += s
 
 
 ProcessSource = Callable[[str, float], CandidateProcess]
@@ -286,14 +326,14 @@ class Evaluation:
         self._clock_samples: list[dict[str, Any] | None] = []  # SM clock when the timing opened and ended
         self._gate_holds: list[tuple[str, float]] = []  # (side, seconds held), outermost entries only
         self._gate_depth = 0
+        self._aside_s = 0.0  # seconds stepped aside for waiting timings (DeviceGate.step_aside)
 
     # -- the flow ----------------------------------------------------------------------------------
     def run(self) -> EvalResult:
         try:
             # The grader's own GPU work (references, reads, comparisons) on a stream of this
             # evaluation's: on the one default stream every read waited for every other thread's work.
-            with _fp32_exact(), (torch.cuda.stream(torch.cuda.Stream(self.device)) if self.cuda
-                                 else contextlib.nullcontext()):
+            with _fp32_exact(), (_evaluation_stream(self.device) if self.cuda else contextlib.nullcontext()):
                 self._flow()
         except _Stop:
             pass
@@ -319,8 +359,7 @@ class Evaluation:
         self._acquire()  # a warm worker: no candidate code has run in it
         # the compiler (CPU only, no GPU ever) works beside the references and the load
         self._start_compiler(self._write_candidate())
-        with self._shared(), self.clock.part("references"):
-            self._references()
+        self._references()
         self._enter(Stage.COMPILE)
         self._load()
         self._precompile()
@@ -371,14 +410,24 @@ class Evaluation:
     def _references(self) -> None:
         """Every reference output the correctness trials compare against, before any candidate
         code can reach the GPU (a candidate that fills GPU memory cannot break them; only the
-        compiler, which never has a GPU, may run meanwhile)."""
+        compiler, which never has a GPU, may run meanwhile). The reference is built on the CPU
+        outside the GPU gate; each trial's output is one piece of shared work (a timing that
+        waits meanwhile runs between two trials)."""
         plan = self.plan
-        self.refs = {("trial", k): self.prepared.reference(plan.init_seed, TrialKey(s, d), r)
-                     for k, (d, s, _, r) in enumerate(plan.trials)}
-        if not self.cuda:
-            self._ref_cost = self.prepared.reference_cost(plan.init_seed, TrialKey(plan.trials[0][1], "native"))
-        else:
-            _release_if_short(self.device)  # the inputs drawn here: their memory, when the workers need it
+        with self.clock.part("reference_build"):
+            self.prepared.prebuild(plan.init_seed)
+        self.refs = {}
+        with self._shared():
+            for k, (d, s, _, r) in enumerate(plan.trials):
+                if k:
+                    self._step_aside()
+                with self.clock.part("references"):
+                    self.refs[("trial", k)] = self.prepared.reference(plan.init_seed, TrialKey(s, d), r)
+            with self.clock.part("references"):
+                if not self.cuda:
+                    self._ref_cost = self.prepared.reference_cost(plan.init_seed, TrialKey(plan.trials[0][1], "native"))
+                else:
+                    _release_if_short(self.device)  # the inputs drawn here: their memory, when the workers need it
 
     def _acquire(self) -> None:
         t0 = time.monotonic()
@@ -586,15 +635,17 @@ class Evaluation:
                 self._finding("timed_output_mismatch", "the kept timed outputs did not all come back")
                 self._fail(Stage.TIMING, "the outputs of the checked timed calls did not all come back")
                 raise _Stop
-            built = None
-            if any(item.get("out") is not None for item in t.spot):
-                # one model under the evaluation's init seed for every checked call: built on the
-                # CPU outside the GPU gate, copied per call on the device (not built anew per call)
+            reads = any(item.get("out") is not None for item in t.spot)
+            if reads:
+                # one model under the evaluation's init seed for every checked call, copied per call
+                # on the device: the references' (built on the CPU outside the GPU gate if gone)
                 with self.clock.part("spot_reference"):
-                    built = self.prepared.pristine(plan.init_seed)
-            with self._shared():  # every check in one section: one wait for the GPU, not one per check
-                pristine = built.to(self.device) if built is not None else None
-                for item in t.spot:
+                    self.prepared.prebuild(plan.init_seed)
+            with self._shared():  # one section, each check one piece (a waiting timing runs between two)
+                pristine = self.prepared.template(plan.init_seed) if reads else None
+                for k, item in enumerate(t.spot):
+                    if k:
+                        self._step_aside()
                     self._spot_check(item, pristine)
                 if self.cuda:
                     _release_if_short(self.device)
@@ -891,14 +942,27 @@ class Evaluation:
         with getattr(self.gate, side)(self._check_cancel) as held:
             t1 = time.monotonic()
             self._deadline += t1 - t0
-            self.clock.add("gpu_queue", t1 - t0)
+            self.clock.queued(t1 - t0)
             self._gate_depth += 1
+            aside = self._aside_s
             try:
                 yield held
             finally:
                 self._gate_depth -= 1
-                if not self._gate_depth:
-                    self._gate_holds.append((side, time.monotonic() - t1))
+                if not self._gate_depth:  # (time stepped aside for a timing is not held)
+                    self._gate_holds.append((side, time.monotonic() - t1 - (self._aside_s - aside)))
+
+    def _step_aside(self) -> None:
+        """Between two pieces of long shared work: let a waiting timing run first
+        (:meth:`DeviceGate.step_aside`); the wait is queueing, not the candidate's time."""
+        if self.gate is None or self._gate_depth != 1:
+            return
+        t0 = time.monotonic()
+        if self.gate.step_aside(self._check_cancel):
+            waited = time.monotonic() - t0
+            self._deadline += waited
+            self.clock.queued(waited)
+            self._aside_s += waited
 
     def _worth_timing(self) -> bool:
         r = self.result
@@ -914,6 +978,9 @@ class Evaluation:
             self.result.error = EvalError(stage.value, _clip(message))
 
     def _close(self) -> None:
+        plan = getattr(self, "plan", None)
+        if plan is not None:  # its models (the outputs stay cached for evaluations under the same seed)
+            self.prepared.forget(plan.init_seed)
         proc, self.proc = self.proc, None  # (closing it kills its compiler, if any still runs)
         if proc is not None:
             self.result.details["output_bytes"] = proc.output_bytes

@@ -19,7 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from typing import Callable, Iterator
+
+STATES = ("exclusive", "drain", "handover", "shared", "idle")
+"""What :meth:`DeviceGate.occupancy` splits the wall time into: a timing runs (``exclusive``); a
+timing waits for shared work still running (``drain``: nobody new may start); a timing may start
+but its thread has not woken yet (``handover``); shared work runs and no timing waits
+(``shared``); nobody holds or waits for the gate (``idle``: the GPU has none of our work)."""
 
 
 class Lease:
@@ -46,11 +53,17 @@ class DeviceGate:
     ``check`` is called while waiting (cancellation raises through it).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._cond = threading.Condition()
         self._readers: dict[int, int] = {}  # thread id -> shared holds (re-entrant)
         self._writer: int | None = None
         self._waiting_writers = 0
+        self._since = clock()
+        self._state = "idle"
+        self._seconds = dict.fromkeys(STATES, 0.0)
+        self._reader_seconds = 0.0  # the integral of the number of shared holders over time
+        self._holders = 0  # shared holders since the last state change
 
     @contextlib.contextmanager
     def shared(self, check: Callable[[], None] | None = None) -> Iterator[None]:
@@ -67,6 +80,7 @@ class DeviceGate:
                     if check:
                         check()
                 self._readers[me] = 1
+                self._mark()
         try:
             yield
         finally:
@@ -80,6 +94,7 @@ class DeviceGate:
             if me in self._readers or self._writer == me:
                 raise RuntimeError("DeviceGate.exclusive: this thread already holds the gate")
             self._waiting_writers += 1
+            self._mark()
             try:
                 while self._writer is not None or self._readers:
                     self._cond.wait(0.2)
@@ -88,6 +103,7 @@ class DeviceGate:
                 self._writer = me
             finally:
                 self._waiting_writers -= 1
+                self._mark()
         lease = Lease(self)
         try:
             yield lease
@@ -97,7 +113,55 @@ class DeviceGate:
             else:
                 with self._cond:
                     self._writer = None
+                    self._mark()
                     self._cond.notify_all()
+
+    def step_aside(self, check: Callable[[], None] | None = None) -> bool:
+        """For a thread holding the shared side once (not re-entrantly, not after a downgrade's
+        own re-entry): when a timing waits, give the shared side back, wait until no timing runs or
+        waits, and take it again; True when it stepped aside. Long shared work calls this between
+        its pieces (no GPU work of its own in flight), so a timing waits for one piece, not for
+        the whole of it."""
+        me = threading.get_ident()
+        with self._cond:
+            if not self._waiting_writers or self._writer == me or self._readers.get(me) != 1:
+                return False
+            del self._readers[me]
+            self._mark()
+            self._cond.notify_all()
+            try:
+                while self._writer is not None or self._waiting_writers:
+                    self._cond.wait(0.2)
+                    if check:
+                        check()
+            finally:  # (also when check raises: the caller's shared() gives the hold back)
+                self._readers[me] = 1
+                self._mark()
+        return True
+
+    def occupancy(self) -> dict[str, float]:
+        """Seconds spent in each of :data:`STATES` since the gate was made, and
+        ``shared_holders_s`` (threads holding the shared side, integrated over time: divided by the
+        ``shared`` and ``drain`` seconds, the mean number of concurrent shared holders). Subtract two
+        snapshots for an interval."""
+        with self._cond:
+            self._mark()
+            return {**self._seconds, "shared_holders_s": self._reader_seconds}
+
+    def _mark(self) -> None:
+        """Close the interval since the last state change (called under the condition's lock)."""
+        now = self._clock()
+        dt = now - self._since
+        self._seconds[self._state] += dt
+        self._reader_seconds += dt * self._holders
+        self._since = now
+        self._holders = len(self._readers)
+        if self._writer is not None:
+            self._state = "exclusive"
+        elif self._waiting_writers:
+            self._state = "drain" if self._readers else "handover"
+        else:
+            self._state = "shared" if self._readers else "idle"
 
     @property
     def busy(self) -> bool:
@@ -111,6 +175,7 @@ class DeviceGate:
                 raise RuntimeError("DeviceGate: only the exclusive holder may downgrade")
             self._writer = None
             self._readers[me] = 1
+            self._mark()
             self._cond.notify_all()  # shared work may start (unless a timing waits); timings wait for this reader
 
     def _release_reader(self, me: int) -> None:
@@ -118,6 +183,7 @@ class DeviceGate:
             self._readers[me] -= 1
             if not self._readers[me]:
                 del self._readers[me]
+                self._mark()
             self._cond.notify_all()
 
 

@@ -67,6 +67,10 @@ class PreparedTask:
     _models: "OrderedDict[tuple[int, int | None, bool], torch.nn.Module]" = field(default_factory=OrderedDict, repr=False)
     _outputs: "OrderedDict[tuple[int, int | None, bool, TrialKey], ReferenceOutput]" = field(default_factory=OrderedDict,
                                                                                        repr=False)
+    _templates: "OrderedDict[int, torch.nn.Module]" = field(default_factory=OrderedDict, repr=False)
+    """Reference models on the device as built, never run, by init seed (:meth:`template`)."""
+    _built: "OrderedDict[int, torch.nn.Module]" = field(default_factory=OrderedDict, repr=False)
+    """Reference models built ahead on the CPU, by init seed (:meth:`prebuild`), until moved."""
     _bytes: int = 0
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     """Guards the caches (never held while a model runs)."""
@@ -99,9 +103,65 @@ class PreparedTask:
         ``pristine=`` and moves it to the device)."""
         return self.loaded.build_model(self.loaded.init_inputs(init_seed), init_seed, device)
 
+    def prebuild(self, init_seed: int) -> None:
+        """Build the reference under ``init_seed`` on the CPU, ahead (CPU work only: an evaluation
+        calls this outside the GPU gate, so a large ``__init__`` does not hold the GPU's shared
+        side). :meth:`template` moves it to the device; without it, the template is built there."""
+        with self._seed_lock(init_seed):
+            with self._lock:
+                if init_seed in self._templates or init_seed in self._built:
+                    return
+            try:
+                built = self.pristine(init_seed)
+            except Exception as exc:  # noqa: BLE001 - the task's failure, reported when the template is made
+                raise TaskError(f"task {self.task.name}: Model(*get_init_inputs()) failed: "
+                                f"{type(exc).__name__}: {exc}") from exc
+            with self._lock:
+                self._built[init_seed] = built
+                while len(self._built) > self.TEMPLATES:
+                    self._built.popitem(last=False)
+
+    TEMPLATES = 8
+    """Reference models kept as built, never run (per task, least recently used out)."""
+
+    def template(self, init_seed: int) -> torch.nn.Module:
+        """The reference under ``init_seed`` as built, on the device, never run: copied
+        (``copy.deepcopy``, device to device) for every model that runs, so one build on the CPU
+        serves every trial's parameters and the spot checks' models. Cached."""
+        with self._seed_lock(init_seed):
+            with self._lock:
+                t = self._templates.get(init_seed)
+                if t is not None:
+                    self._templates.move_to_end(init_seed)
+                    return t
+                built = self._built.pop(init_seed, None)
+            try:
+                t = (built if built is not None else self.pristine(init_seed)).to(self.device).eval()
+            except TaskError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the reference is trusted: its failure is the task's
+                raise TaskError(f"task {self.task.name}: Model(*get_init_inputs()) failed: "
+                                f"{type(exc).__name__}: {exc}") from exc
+            with self._lock:
+                self._templates[init_seed] = t
+                while len(self._templates) > self.TEMPLATES:
+                    self._templates.popitem(last=False)
+            return t
+
+    def forget(self, init_seed: int) -> None:
+        """Drop the models under ``init_seed`` (templates, builds, parameter variants) when its
+        evaluation ends: the grader's device memory then follows the evaluations in flight, not the
+        last few per task. Their outputs stay cached; a model needed again is rebuilt."""
+        with self._lock:
+            self._templates.pop(init_seed, None)
+            self._built.pop(init_seed, None)
+            for key in [k for k in self._models if k[0] == init_seed]:
+                del self._models[key]
+
     def model(self, init_seed: int, reload_seed: int | None = None, buffers: bool = True) -> torch.nn.Module:
-        """The reference built under ``init_seed``, with fresh parameter (and, with ``buffers``,
-        buffer) values from ``reload_seed`` (:func:`~drkernel.env.task.reload_parameters`) when given."""
+        """The reference built under ``init_seed`` (a copy of :meth:`template`), with fresh
+        parameter (and, with ``buffers``, buffer) values from ``reload_seed``
+        (:func:`~drkernel.env.task.reload_parameters`) when given."""
         key = (init_seed, reload_seed, buffers if reload_seed is not None else True)
         with self._seed_lock(init_seed):
             with self._lock:
@@ -109,15 +169,9 @@ class PreparedTask:
                 if m is not None:
                     self._models.move_to_end(key)
                     return m
-            try:
-                m = self.pristine(init_seed, self.device)
-                if reload_seed is not None:
-                    reload_parameters(m, reload_seed, buffers=buffers)
-            except TaskError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the reference is trusted: its failure is the task's
-                raise TaskError(f"task {self.task.name}: Model(*get_init_inputs()) failed: "
-                                f"{type(exc).__name__}: {exc}") from exc
+            m = copy.deepcopy(self.template(init_seed))
+            if reload_seed is not None:
+                reload_parameters(m, reload_seed, buffers=buffers)
             _settled(self.device)  # other evaluations run it on their own streams
             with self._lock:
                 self._models[key] = m
@@ -139,7 +193,7 @@ class PreparedTask:
         ``reload_seed``) (computed once, then cached; ``cache=False`` for inputs no other evaluation
         will see again, such as a timed call's, whose model is not kept either). ``pristine``
         (with ``cache=False``): the model under ``init_seed``, as built and never run, on the
-        device (:meth:`pristine`); a copy of it runs instead of a model built anew."""
+        device; a copy of it runs (default: a copy of :meth:`template`)."""
         ckey = (init_seed, reload_seed, buffers, key)
         with self._lock:
             cached = self._outputs.get(ckey)
@@ -156,11 +210,11 @@ class PreparedTask:
             if cache:
                 model = self.model(init_seed, reload_seed, buffers)
             else:
-                model = copy.deepcopy(pristine) if pristine is not None else self.pristine(init_seed, self.device)
+                model = copy.deepcopy(pristine if pristine is not None else self.template(init_seed))
                 if reload_seed is not None:
                     reload_parameters(model, reload_seed, buffers=buffers)
             inputs = self.draw(key)
-            before = [t.clone() for t in tensors_in(inputs)]
+            shapes = ", ".join(str(tuple(t.shape)) for t in tensors_in(inputs)) or "-"
             try:
                 with torch.no_grad():
                     out = model(*inputs)
@@ -172,7 +226,7 @@ class PreparedTask:
                                 "a single tensor is required")
             tensors = list(tensors_in(inputs))
             ref = ReferenceOutput(out.detach(), aliases(out, tensors), is_dense(out),
-                                  ", ".join(str(tuple(t.shape)) for t in before) or "-", out.is_contiguous(),
+                                  shapes, out.is_contiguous(),
                                   functools.partial(self.sensitivity, init_seed, key, reload_seed, buffers))
             if ref.aliases_input:
                 ref.out = ref.out.clone()  # keep the value, not a view of inputs dropped below
@@ -264,6 +318,8 @@ class PreparedTask:
         """Drop cached models and outputs (frees device memory)."""
         with self._lock:
             self._models.clear()
+            self._templates.clear()
+            self._built.clear()
             self._outputs.clear()
             self._bytes = 0
             self.timings.clear()

@@ -63,10 +63,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spares", type=int, default=None, help="warm spare processes per device (default: the grader's)")
     ap.add_argument("--precompile-timeout", type=float, default=None,
                     help="EvalConfig.precompile_timeout_s (default: the suite's; 0: no compiling ahead)")
+    ap.add_argument("--switch-interval", type=float, default=None,
+                    help="sys.setswitchinterval for this process (seconds; Python's default is 0.005)")
+    ap.add_argument("--grader-cache-share", type=float, default=None,
+                    help="drkernel.env.evaluation.GRADER_CACHE_SHARE for this run (the grader empties its CUDA "
+                         "cache when its idle part is above this share of the device)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
 
+    import drkernel.env.evaluation as evaluation_module
     from drkernel.env.evaluation import evaluate
+    if args.grader_cache_share is not None:
+        evaluation_module.GRADER_CACHE_SHARE = args.grader_cache_share
+    _count_empty_cache()
     from drkernel.env.grader import LocalGrader
     from drkernel.env.suite import load_suite
 
@@ -83,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
           f"profile={config.profile}", flush=True)
     out: dict = {"device": args.device, "suite": suite.id, "tasks": [j[0] for j in jobs], "config": {
         "timing_trials": config.timing_trials, "warmup": config.warmup,
-        "trials_per_distribution": config.trials_per_distribution, "precompile_timeout_s": config.precompile_timeout_s}}
+        "trials_per_distribution": config.trials_per_distribution, "precompile_timeout_s": config.precompile_timeout_s,
+        "switch_interval_s": sys.getswitchinterval()}}
 
     def show(arm: str, tid: str, r) -> None:
         st = r.details.get("stage_seconds", {})
@@ -215,6 +227,48 @@ def _mean_phases(precompiled: list[dict]) -> dict[str, float]:
     return {k: round(v, 4) for k, v in out.items()}
 
 
+EMPTY_CACHE = {"calls": 0, "seconds": 0.0}
+"""The grader's ``torch.cuda.empty_cache`` calls in this process (it frees with ``cudaFree``, which
+waits for the device and holds the caching allocator meanwhile)."""
+
+
+def _count_empty_cache() -> None:
+    import torch
+
+    real = torch.cuda.empty_cache
+
+    def counted() -> None:
+        t0 = time.monotonic()
+        try:
+            real()
+        finally:
+            EMPTY_CACHE["calls"] += 1
+            EMPTY_CACHE["seconds"] += time.monotonic() - t0
+
+    torch.cuda.empty_cache = counted
+
+
+def _occupancy(device: str) -> dict[str, float] | None:
+    from drkernel.env.evaluation import device_gate
+
+    gate = device_gate(device)
+    return gate.occupancy() if gate is not None else None
+
+
+def _occupancy_share(before: dict | None, after: dict | None) -> dict[str, float] | None:
+    """The gate's states (:data:`drkernel.env.gate.STATES`) as shares of the interval, and the mean
+    number of shared holders while shared work ran (``shared`` and ``drain``)."""
+    if not before or not after:
+        return None
+    d = {k: after[k] - before[k] for k in after}
+    from drkernel.env.gate import STATES
+
+    wall = sum(d[k] for k in STATES)
+    busy = d["shared"] + d["drain"]
+    return {**{k: d[k] / wall for k in STATES},
+            "mean_shared_holders": d["shared_holders_s"] / busy if busy > 0 else 0.0} if wall > 0 else None
+
+
 def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show, spares: int | None = None) -> list[dict]:
     """Evaluations/min and per-kernel timing spread under load, for each grader capacity.
 
@@ -250,6 +304,8 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
                 return tid, r
 
             g.pool.starts.clear()
+            occ0 = _occupancy(g.devices[0])
+            emptied0 = dict(EMPTY_CACHE)
             t0 = time.monotonic()
             with ThreadPoolExecutor(max_workers=cap) as pool:
                 for tid, r in pool.map(one, range(len(jobs) * rounds)):
@@ -267,6 +323,8 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
                         times[tid].append(r.kernel_ms)
                         clocks.setdefault(tid, []).append(r.details.get("timing", {}).get("sm_clock"))
             secs = time.monotonic() - t0
+            occ1 = _occupancy(g.devices[0])
+            emptied = {k: EMPTY_CACHE[k] - emptied0[k] for k in EMPTY_CACHE}
             starts = list(g.pool.starts)
             pool_spares = g.pool.spares
         start_mean = {k: sum(st.get(k, 0.0) for st in starts) / len(starts) for k in starts[0]} if starts else {}
@@ -283,6 +341,7 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
                               "mean_s": statistics.mean(p.get("seconds", 0.0) for p in precompiled) if precompiled else None,
                               "reasons": sorted({str(p.get("reason")) for p in precompiled if p.get("reason")})[:5],
                               "own_phases_mean_s": _mean_phases(precompiled)},
+               "gate_occupancy": _occupancy_share(occ0, occ1), "empty_cache": emptied,
                "sm_clock": clocks, "spares": pool_spares, "worker_starts": len(starts), "worker_start_mean_s": start_mean}
         rows.append(row)
         print(f"capacity {cap}: {row['evals_per_min']:.1f} evaluations/min, {passed}/{row['evals']} passed, "
@@ -293,6 +352,10 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
         for req, d in parts.items():
             print(f"  worker's {req} requests: " + " ".join(f"{k}={v:.3f}" for k, v in d.items()), flush=True)
         print("  GPU gate per evaluation: " + " ".join(f"{k}={v:.3f}" for k, v in gate.items()), flush=True)
+        if row["gate_occupancy"]:
+            print("  GPU gate, share of the wall time: " + " ".join(
+                f"{k}={v:.3f}" for k, v in row["gate_occupancy"].items()), flush=True)
+        print(f"  grader's empty_cache: {emptied['calls']} calls, {emptied['seconds']:.2f} s", flush=True)
         print(f"  compiled ahead: {row['precompile']}", flush=True)
         print(f"  worker starts ({len(starts)}, {pool_spares} spares): " + " ".join(f"{k}={v:.2f}" for k, v in start_mean.items()),
               flush=True)

@@ -76,3 +76,56 @@ def test_aliasing_and_lazy_output():
     assert "not a plain torch.Tensor" in lazy_output_reason(x.as_subclass(Sub), "cpu")
     assert lazy_output_reason(x, "cpu") is None
     assert "meta" in lazy_output_reason(torch.empty(3, device="meta"), "cpu")
+
+
+def _whole(monkeypatch, fn, *args, **kwargs):
+    """``fn`` with the comparison's chunk larger than any tensor here (one pass)."""
+    import drkernel.env.compare as compare
+
+    monkeypatch.setattr(compare, "CHUNK", 1 << 40)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        monkeypatch.undo()
+
+
+def test_the_comparison_in_chunks_decides_and_reports_as_in_one_pass(monkeypatch):
+    """Bounded memory (compare.CHUNK elements per pass) changes nothing a caller sees: verdict,
+    errors, mismatch fraction and the worst element's values, with NaN/Inf, a per-element
+    allowance, a given scale, a strided reference and complex outputs."""
+    import drkernel.env.compare as compare
+    from drkernel.env.compare import reference_rms
+
+    g = torch.Generator().manual_seed(7)
+    ref = torch.randn(37, 29, generator=g)
+    good = ref + 1e-6 * torch.randn(37, 29, generator=g)
+    bad = good.clone()
+    bad[5, 3], bad[30, 20] = bad[5, 3] + 0.5, bad[30, 20] - 2.0  # the worst one in a later chunk
+    ref_nan = ref.clone()
+    ref_nan[2, 2], ref_nan[20, 7] = float("nan"), float("inf")
+    out_nan_ok = good.clone()
+    out_nan_ok[2, 2], out_nan_ok[20, 7] = float("nan"), float("inf")
+    out_nan_bad = good.clone()
+    out_nan_bad[20, 7] = 1.0
+    out_inf_where_finite = good.clone()
+    out_inf_where_finite[9, 9] = float("inf")
+    strided = ref.t().contiguous().t()  # same values, column-major
+    cref = torch.randn(41, 3, dtype=torch.complex64, generator=g)
+    cases = [
+        (good, ref, {}), (bad, ref, {}), (bad, ref, {"scale": 3.0}), (out_nan_ok, ref_nan, {}),
+        (out_nan_bad, ref_nan, {}), (out_inf_where_finite, ref, {}), (good, strided, {}),
+        (bad, ref, {"allowance": torch.full((37, 29), 2.5, dtype=torch.float64)}),
+        (cref + 1e-6, cref, {}), (cref * 1.1, cref, {}),
+    ]
+    monkeypatch.setattr(compare, "CHUNK", 64)  # 1073 elements: 17 chunks
+    chunked = [compare_outputs(o, r, ATOL, RTOL, **kw) for o, r, kw in cases]
+    rms_chunked = reference_rms(ref_nan)
+    whole = [_whole(monkeypatch, compare_outputs, o, r, ATOL, RTOL, **kw) for o, r, kw in cases]
+    assert [c.ok for c in whole] == [True, False, False, True, False, False, True, True, True, False]
+    for a, b in zip(chunked, whole):
+        assert a.ok == b.ok and a.message == b.message
+        for field in ("max_abs_err", "max_rel_err", "mismatch_frac"):
+            x, y = getattr(a, field), getattr(b, field)
+            assert (x is None and y is None) or x == y or abs(x - y) <= 1e-12 * max(1.0, abs(y))
+    assert f"worst: got {float(bad[30, 20]):.6g}, expected {float(ref[30, 20]):.6g}" in chunked[1].message
+    assert abs(rms_chunked - _whole(monkeypatch, reference_rms, ref_nan)) < 1e-12

@@ -137,3 +137,111 @@ def test_an_evaluation_downgrades_after_its_last_timed_call_and_leaves_the_gate_
     assert r.correct, r.error
     assert downgrades == [False]  # once, at the last timed call
     assert not gate.busy
+
+
+def test_occupancy_splits_the_wall_time_by_who_holds_or_waits_for_the_gate():
+    """A fake clock: exclusive 2 s, two shared holders 3 s (6 holder-seconds), a timing waits for
+    one of them 1 s (drain), idle 4 s; every second of the 10 is in exactly one state."""
+    now = [0.0]
+    gate = DeviceGate(clock=lambda: now[0])
+    with gate.exclusive():
+        now[0] += 2.0
+    first, second = threading.Event(), threading.Event()
+    holding, waiting = threading.Barrier(3), threading.Event()
+
+    def reader(done: threading.Event):
+        with gate.shared():
+            holding.wait(5)
+            done.wait(5)
+
+    readers = [threading.Thread(target=reader, args=(e,)) for e in (first, second)]
+    for t in readers:
+        t.start()
+    holding.wait(5)  # both hold the shared side
+    now[0] += 3.0
+    first.set()
+    readers[0].join(5)
+
+    def timing():
+        with gate.exclusive():
+            waiting.set()
+
+    w = threading.Thread(target=timing)
+    w.start()
+    while not gate._waiting_writers:  # the timing now waits for the second reader
+        time.sleep(0.001)
+    now[0] += 1.0
+    second.set()
+    readers[1].join(5)
+    w.join(5)
+    assert waiting.is_set()
+    now[0] += 4.0
+    occ = gate.occupancy()
+    assert occ["exclusive"] == pytest.approx(2.0)
+    assert occ["shared"] == pytest.approx(3.0)
+    assert occ["drain"] == pytest.approx(1.0)
+    assert occ["idle"] == pytest.approx(4.0)
+    assert occ["handover"] == pytest.approx(0.0)
+    assert occ["shared_holders_s"] == pytest.approx(2 * 3.0 + 1 * 1.0)
+    assert sum(occ[k] for k in ("exclusive", "drain", "handover", "shared", "idle")) == pytest.approx(10.0)
+
+
+def test_step_aside_lets_a_waiting_timing_run_between_two_pieces_of_shared_work():
+    gate = DeviceGate()
+    log, add = _logger()
+    first_piece, timing_waits = threading.Event(), threading.Event()
+
+    def long_shared_work():
+        with gate.shared():
+            add("piece 1")
+            first_piece.set()
+            assert timing_waits.wait(5)
+            while not gate._waiting_writers:
+                time.sleep(0.001)
+            assert gate.step_aside()  # the timing runs here
+            add("piece 2")
+            assert not gate.step_aside()  # nobody waits: keeps the hold
+
+    def timing():
+        assert first_piece.wait(5)
+        timing_waits.set()
+        with gate.exclusive():
+            add("timing")
+
+    threads = [threading.Thread(target=long_shared_work), threading.Thread(target=timing)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    assert log == ["piece 1", "timing", "piece 2"]
+    assert not gate.busy
+
+
+def test_step_aside_keeps_a_reentrant_hold_and_gives_nothing_back_without_a_timing():
+    gate = DeviceGate()
+    with gate.shared():
+        with gate.shared():  # re-entered: its outer section may have GPU work in flight
+            gate._waiting_writers += 1  # (as if a timing waited)
+            try:
+                assert not gate.step_aside()
+            finally:
+                gate._waiting_writers -= 1
+        assert not gate.step_aside()
+    assert not gate.busy
+
+
+def test_the_stage_clock_counts_time_queued_for_the_gpu_once():
+    """A wait for the GPU inside an open part (a timing run between two spot checks) is queueing,
+    not the part's work: the part's seconds exclude it."""
+    from drkernel.env.evaluation import StageClock
+
+    clock = StageClock()
+    with clock.part("transfers"):
+        with clock.part("spot_compare"):
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        time.sleep(0.2)  # (stepped aside for a timing)
+        clock.queued(time.monotonic() - t0)
+    assert clock.seconds["gpu_queue"] >= 0.2
+    assert 0.05 <= clock.seconds["transfers"] < 0.15
+    assert clock.seconds["spot_compare"] >= 0.05

@@ -47,6 +47,57 @@ def test_references_are_computed_once_per_task_and_seed():
     assert torch.equal(a.out, -2.0 * p.loaded.draw_inputs(7, "native")[0])
 
 
+LINEAR_TASK = """
+import torch
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.lin(x)
+
+def get_inputs():
+    return [torch.randn(3, 8)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_the_reference_is_built_once_ahead_and_every_model_is_a_copy_of_it(monkeypatch):
+    """prebuild (outside the GPU gate) builds; template moves that build, never runs it; each
+    parameter variant is a copy (running one changes neither the template nor the others); forget
+    drops the models at the evaluation's end and keeps the outputs."""
+    from drkernel.env.task import LoadedTask, reload_parameters
+
+    builds = []
+    real_build = LoadedTask.build_model
+    monkeypatch.setattr(LoadedTask, "build_model", lambda self, *a, **k: builds.append(1) or real_build(self, *a, **k))
+    p = PreparedCache().get(Task.from_source(LINEAR_TASK, name="linear"), "small", "cpu")
+    p.prebuild(11)
+    p.prebuild(11)
+    assert len(builds) == 1
+    template = p.template(11)
+    assert len(builds) == 1 and p.template(11) is template
+    plain, varied = p.model(11), p.model(11, reload_seed=5)
+    assert plain is not template and varied is not template and plain is not varied
+    expected = p.pristine(11)
+    reload_parameters(expected, 5)
+    assert torch.equal(varied.lin.weight, expected.lin.weight)
+    assert torch.equal(plain.lin.weight, template.lin.weight) and not torch.equal(plain.lin.weight, varied.lin.weight)
+    out = p.reference(11, TrialKey(3, "native"), 5)
+    assert torch.equal(out.out, expected(*p.loaded.draw_inputs(3, "native")).detach())
+    with torch.no_grad():
+        plain.lin.weight.add_(1.0)  # a model that ran (and kept state) never reaches the template
+    assert not torch.equal(plain.lin.weight, template.lin.weight)
+    builds.clear()
+    p.forget(11)
+    assert p.reference(11, TrialKey(3, "native"), 5) is out  # outputs stay cached
+    assert p.model(11) is not plain and len(builds) == 1  # models are rebuilt
+
+
 @pytest.mark.slow
 def test_evaluate_executes_the_task_once(monkeypatch):
     """Cost (issue 8): the task ran three times plus two reference builds per evaluation."""
