@@ -165,7 +165,7 @@ def _nonfinite_matched(of: torch.Tensor, rf: torch.Tensor, dev: torch.device) ->
     (NaN where NaN, the same infinity): only run when the reference has such elements."""
     unmatched = torch.zeros((), dtype=torch.int64, device=dev)
     for s in _chunks(rf.numel()):
-        o, r = of[s:s + CHUNK].to(dev), rf[s:s + CHUNK]
+        o, r = of[s:s + CHUNK].to(dev).to(_wide(rf)), rf[s:s + CHUNK].to(_wide(rf))  # (exact: widened)
         same = (torch.isnan(r) & torch.isnan(o)) | (r == o)
         unmatched += (~torch.isfinite(r) & ~same).sum()
     return not int(unmatched)

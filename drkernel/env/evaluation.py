@@ -129,7 +129,8 @@ IDLE_FLOOR = 0.02
 """Idle cache below this share of the device is not worth a wait for the whole device (on an H100
 at 8 evaluations in flight the device was short of memory most of the time, and the grader emptied
 its cache ~40 times in 32 evaluations, 0.05-0.2 s each, with every other evaluation's work stalled
-behind it)."""
+behind it). The price: while the device is short, up to this share of it (1.6 GB of an H100) may
+stay in the grader's cache instead of going to a candidate."""
 
 
 def _release_if_short(device: str) -> None:
@@ -146,11 +147,13 @@ _FREE_STREAMS: dict[str, list[Any]] = {}
 
 @contextlib.contextmanager
 def _evaluation_stream(device: str) -> Iterator[Any]:
-    """The current stream of one evaluation's thread: the grader's own, not shared with another
-    evaluation in flight, and given back for later evaluations. The caching allocator reuses freed
-    memory only on the stream it was allocated on: a new stream per evaluation made every
-    evaluation's memory unusable to the next, the cache grew past its share, and emptying it
-    (``cudaFree`` waits for the device) stalled every evaluation every few evaluations."""
+    """The current stream of one evaluation's thread: not used by another evaluation in flight,
+    and given back for later evaluations. The caching allocator reuses freed memory only on the
+    stream it was allocated on: ``torch.cuda.Stream()`` per evaluation hands out torch's pooled
+    streams in rotation (32 per device), so each evaluation's freed memory waited for the rotation
+    to come back, the cache grew by an evaluation's peak per evaluation until it was emptied, and
+    emptying it (``cudaFree`` waits for the device) stalled every evaluation. (Beyond 32 evaluations
+    in flight, two entries here may be the same CUDA stream: their work serialises, still correct.)"""
     with _STREAMS_GUARD:
         free = _FREE_STREAMS.setdefault(device, [])
         stream = free.pop() if free else torch.cuda.Stream(device)
@@ -356,6 +359,7 @@ class Evaluation:
     def _flow(self) -> None:
         self._static()
         self.plan = Plan.make(self.prepared, self.config, self.seed)
+        self.prepared.use(self.plan.init_seed)  # its models stay while it runs (forget at the close)
         self._acquire()  # a warm worker: no candidate code has run in it
         # the compiler (CPU only, no GPU ever) works beside the references and the load
         self._start_compiler(self._write_candidate())

@@ -64,6 +64,8 @@ class DeviceGate:
         self._seconds = dict.fromkeys(STATES, 0.0)
         self._reader_seconds = 0.0  # the integral of the number of shared holders over time
         self._holders = 0  # shared holders since the last state change
+        self._downgraded: set[int] = set()  # shared holders that are a timing's downgraded tail
+        self._released: set[int] = set()  # threads whose step aside was cancelled (hold already given back)
 
     @contextlib.contextmanager
     def shared(self, check: Callable[[], None] | None = None) -> Iterator[None]:
@@ -117,14 +119,15 @@ class DeviceGate:
                     self._cond.notify_all()
 
     def step_aside(self, check: Callable[[], None] | None = None) -> bool:
-        """For a thread holding the shared side once (not re-entrantly, not after a downgrade's
-        own re-entry): when a timing waits, give the shared side back, wait until no timing runs or
+        """For a thread holding the shared side once (not re-entrantly, not as a downgraded
+        timing): when a timing waits, give the shared side back, wait until no timing runs or
         waits, and take it again; True when it stepped aside. Long shared work calls this between
         its pieces (no GPU work of its own in flight), so a timing waits for one piece, not for
         the whole of it."""
         me = threading.get_ident()
         with self._cond:
-            if not self._waiting_writers or self._writer == me or self._readers.get(me) != 1:
+            if (not self._waiting_writers or self._writer == me or self._readers.get(me) != 1
+                    or me in self._downgraded):  # (a downgraded timing's tail must end before the next timing)
                 return False
             del self._readers[me]
             self._mark()
@@ -134,9 +137,11 @@ class DeviceGate:
                     self._cond.wait(0.2)
                     if check:
                         check()
-            finally:  # (also when check raises: the caller's shared() gives the hold back)
-                self._readers[me] = 1
-                self._mark()
+            except BaseException:
+                self._released.add(me)  # holds nothing now: the caller's shared() has nothing to give back
+                raise
+            self._readers[me] = 1
+            self._mark()
         return True
 
     def occupancy(self) -> dict[str, float]:
@@ -175,14 +180,19 @@ class DeviceGate:
                 raise RuntimeError("DeviceGate: only the exclusive holder may downgrade")
             self._writer = None
             self._readers[me] = 1
+            self._downgraded.add(me)
             self._mark()
             self._cond.notify_all()  # shared work may start (unless a timing waits); timings wait for this reader
 
     def _release_reader(self, me: int) -> None:
         with self._cond:
+            if me in self._released:  # a step aside ended by cancellation gave the hold back already
+                self._released.discard(me)
+                return
             self._readers[me] -= 1
             if not self._readers[me]:
                 del self._readers[me]
+                self._downgraded.discard(me)
                 self._mark()
             self._cond.notify_all()
 

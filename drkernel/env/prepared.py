@@ -71,6 +71,9 @@ class PreparedTask:
     """Reference models on the device as built, never run, by init seed (:meth:`template`)."""
     _built: "OrderedDict[int, torch.nn.Module]" = field(default_factory=OrderedDict, repr=False)
     """Reference models built ahead on the CPU, by init seed (:meth:`prebuild`), until moved."""
+    _building: dict[int, threading.Event] = field(default_factory=dict, repr=False)
+    _users: dict[int, int] = field(default_factory=dict, repr=False)
+    """Evaluations in flight per init seed (:meth:`use`, :meth:`forget`)."""
     _bytes: int = 0
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     """Guards the caches (never held while a model runs)."""
@@ -103,60 +106,98 @@ class PreparedTask:
         ``pristine=`` and moves it to the device)."""
         return self.loaded.build_model(self.loaded.init_inputs(init_seed), init_seed, device)
 
-    def prebuild(self, init_seed: int) -> None:
-        """Build the reference under ``init_seed`` on the CPU, ahead (CPU work only: an evaluation
-        calls this outside the GPU gate, so a large ``__init__`` does not hold the GPU's shared
-        side). :meth:`template` moves it to the device; without it, the template is built there."""
-        with self._seed_lock(init_seed):
+    def use(self, init_seed: int) -> None:
+        """An evaluation under ``init_seed`` starts: its models stay until the last evaluation under
+        that seed calls :meth:`forget` (in RL, a prompt's samples share a seed)."""
+        with self._lock:
+            self._users[init_seed] = self._users.get(init_seed, 0) + 1
+
+    def forget(self, init_seed: int) -> None:
+        """An evaluation under ``init_seed`` ends (:meth:`use`); with the last one, drop the models
+        under that seed (template, build, parameter variants): the grader's device memory then
+        follows the evaluations in flight, not the last few per task. Their outputs stay cached; a
+        model needed again is rebuilt."""
+        with self._lock:
+            left = self._users.get(init_seed, 1) - 1
+            if left > 0:
+                self._users[init_seed] = left
+                return
+            self._users.pop(init_seed, None)
+            self._templates.pop(init_seed, None)
+            self._built.pop(init_seed, None)
+            for key in [k for k in self._models if k[0] == init_seed]:
+                del self._models[key]
+
+    def prebuild(self, init_seed: int) -> torch.nn.Module:
+        """The reference under ``init_seed`` built on the CPU, ahead, and kept until
+        :meth:`template` moves it (CPU work only: an evaluation calls this outside the GPU gate, so
+        a large ``__init__`` does not hold the GPU's shared side). Built outside every lock another
+        evaluation could hold inside the gate: one build per seed, others under the same seed wait
+        for it here. Returns the build, or the template when there is one (its shapes are the same)."""
+        while True:
             with self._lock:
-                if init_seed in self._templates or init_seed in self._built:
-                    return
-            try:
-                built = self.pristine(init_seed)
-            except Exception as exc:  # noqa: BLE001 - the task's failure, reported when the template is made
-                raise TaskError(f"task {self.task.name}: Model(*get_init_inputs()) failed: "
-                                f"{type(exc).__name__}: {exc}") from exc
+                done = self._templates.get(init_seed)
+                if done is None:
+                    done = self._built.get(init_seed)
+                if done is not None:
+                    return done
+                building = self._building.get(init_seed)
+                if building is None:
+                    self._building[init_seed] = building = threading.Event()
+                    break
+            building.wait()  # another thread builds it: take its result (or build, if it failed)
+        try:
+            built = self.pristine(init_seed)
+        except Exception as exc:  # noqa: BLE001 - the reference is trusted: its failure is the task's
+            raise TaskError(f"task {self.task.name}: Model(*get_init_inputs()) failed: "
+                            f"{type(exc).__name__}: {exc}") from exc
+        finally:
             with self._lock:
-                self._built[init_seed] = built
-                while len(self._built) > self.TEMPLATES:
-                    self._built.popitem(last=False)
+                self._building.pop(init_seed, None)
+            building.set()
+        with self._lock:
+            self._built[init_seed] = built
+            while len(self._built) > self.TEMPLATES:
+                self._built.popitem(last=False)
+        return built
 
     TEMPLATES = 8
-    """Reference models kept as built, never run (per task, least recently used out)."""
+    """Reference models kept as built, never run, per task (least recently used out, beyond the
+    evaluations in flight: :meth:`forget` drops them as their evaluations end)."""
 
     def template(self, init_seed: int) -> torch.nn.Module:
         """The reference under ``init_seed`` as built, on the device, never run: copied
         (``copy.deepcopy``, device to device) for every model that runs, so one build on the CPU
-        serves every trial's parameters and the spot checks' models. Cached."""
+        serves every trial's parameters and the spot checks' models. Cached, and settled before it
+        is published (other evaluations copy it on their own streams)."""
         with self._seed_lock(init_seed):
             with self._lock:
                 t = self._templates.get(init_seed)
                 if t is not None:
                     self._templates.move_to_end(init_seed)
                     return t
-                built = self._built.pop(init_seed, None)
+            built = self.prebuild(init_seed)  # (built here when no evaluation built it ahead)
+            with self._lock:
+                self._built.pop(init_seed, None)
             try:
-                t = (built if built is not None else self.pristine(init_seed)).to(self.device).eval()
-            except TaskError:
-                raise
+                t = built.to(self.device).eval()
             except Exception as exc:  # noqa: BLE001 - the reference is trusted: its failure is the task's
-                raise TaskError(f"task {self.task.name}: Model(*get_init_inputs()) failed: "
+                raise TaskError(f"task {self.task.name}: the reference cannot move to {self.device}: "
                                 f"{type(exc).__name__}: {exc}") from exc
+            _settled(self.device)
             with self._lock:
                 self._templates[init_seed] = t
                 while len(self._templates) > self.TEMPLATES:
                     self._templates.popitem(last=False)
             return t
 
-    def forget(self, init_seed: int) -> None:
-        """Drop the models under ``init_seed`` (templates, builds, parameter variants) when its
-        evaluation ends: the grader's device memory then follows the evaluations in flight, not the
-        last few per task. Their outputs stay cached; a model needed again is rebuilt."""
-        with self._lock:
-            self._templates.pop(init_seed, None)
-            self._built.pop(init_seed, None)
-            for key in [k for k in self._models if k[0] == init_seed]:
-                del self._models[key]
+    def _copy(self, template: torch.nn.Module) -> torch.nn.Module:
+        """A copy of a template to run; settled before the caller may drop its hold of the template
+        (the last hold dropped while a copy still read it, on another stream than the one that
+        allocated it, would give its memory back to that stream's evaluations too early)."""
+        m = copy.deepcopy(template)
+        _settled(self.device)
+        return m
 
     def model(self, init_seed: int, reload_seed: int | None = None, buffers: bool = True) -> torch.nn.Module:
         """The reference built under ``init_seed`` (a copy of :meth:`template`), with fresh
@@ -169,7 +210,7 @@ class PreparedTask:
                 if m is not None:
                     self._models.move_to_end(key)
                     return m
-            m = copy.deepcopy(self.template(init_seed))
+            m = self._copy(self.template(init_seed))
             if reload_seed is not None:
                 reload_parameters(m, reload_seed, buffers=buffers)
             _settled(self.device)  # other evaluations run it on their own streams
@@ -180,8 +221,9 @@ class PreparedTask:
             return m
 
     def shapes(self, init_seed: int) -> tuple[list[list[int]], list[list[int]]]:
-        """The reference's parameter and buffer shapes (ModelNew must hold the same)."""
-        return parameter_shapes(self.model(init_seed))
+        """The reference's parameter and buffer shapes (ModelNew must hold the same), read from its
+        build or template: no work on the device (the grader calls this outside the GPU gate)."""
+        return parameter_shapes(self.prebuild(init_seed))
 
     def draw(self, key: TrialKey) -> list[Any]:
         inputs = self.loaded.draw_inputs(key.seed, key.distribution, self.device)
@@ -210,7 +252,7 @@ class PreparedTask:
             if cache:
                 model = self.model(init_seed, reload_seed, buffers)
             else:
-                model = copy.deepcopy(pristine if pristine is not None else self.template(init_seed))
+                model = self._copy(pristine if pristine is not None else self.template(init_seed))
                 if reload_seed is not None:
                     reload_parameters(model, reload_seed, buffers=buffers)
             inputs = self.draw(key)
@@ -320,6 +362,7 @@ class PreparedTask:
             self._models.clear()
             self._templates.clear()
             self._built.clear()
+            self._users.clear()
             self._outputs.clear()
             self._bytes = 0
             self.timings.clear()

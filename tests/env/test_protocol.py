@@ -93,9 +93,57 @@ def test_the_reference_is_built_once_ahead_and_every_model_is_a_copy_of_it(monke
         plain.lin.weight.add_(1.0)  # a model that ran (and kept state) never reaches the template
     assert not torch.equal(plain.lin.weight, template.lin.weight)
     builds.clear()
+    p.use(11)
+    p.use(11)  # two evaluations under this seed (a prompt's samples)
+    p.forget(11)
+    assert p.template(11) is template and p.model(11) is plain  # the other one still runs: kept
     p.forget(11)
     assert p.reference(11, TrialKey(3, "native"), 5) is out  # outputs stay cached
     assert p.model(11) is not plain and len(builds) == 1  # models are rebuilt
+
+
+def test_parameter_shapes_come_from_the_build_without_a_model_on_the_device(monkeypatch):
+    """The grader asks for the shapes outside the GPU gate: from the CPU build, never a device copy."""
+    p = PreparedCache().get(Task.from_source(LINEAR_TASK, name="linear"), "small", "cpu")
+    monkeypatch.setattr(type(p), "template", lambda *a, **k: (_ for _ in ()).throw(AssertionError("template")))
+    monkeypatch.setattr(type(p), "model", lambda *a, **k: (_ for _ in ()).throw(AssertionError("model")))
+    params, buffers = p.shapes(3)
+    assert params == [[4, 8], [4]] and buffers == []
+
+
+def test_evaluations_under_one_seed_build_the_reference_once_whoever_asks_first():
+    """prebuild builds outside every lock an evaluation inside the gate could wait for; a second
+    caller under the same seed waits for that build instead of making its own."""
+    import threading
+
+    from drkernel.env.task import LoadedTask
+
+    p = PreparedCache().get(Task.from_source(LINEAR_TASK, name="linear"), "small", "cpu")
+    started, go, builds = threading.Event(), threading.Event(), []
+    real = LoadedTask.build_model
+
+    def slow_build(self, *a, **k):
+        builds.append(1)
+        started.set()
+        go.wait(5)
+        return real(self, *a, **k)
+
+    LoadedTask.build_model = slow_build
+    try:
+        got = []
+        threads = [threading.Thread(target=lambda: got.append(p.prebuild(21))) for _ in range(3)]
+        threads[0].start()
+        assert started.wait(5)
+        assert p._seed_lock(21).acquire(timeout=1)  # the build holds no stripe lock meanwhile
+        p._seed_lock(21).release()
+        for t in threads[1:]:
+            t.start()
+        go.set()
+        for t in threads:
+            t.join(5)
+    finally:
+        LoadedTask.build_model = real
+    assert len(builds) == 1 and len(got) == 3 and got[0] is got[1] is got[2]
 
 
 @pytest.mark.slow
