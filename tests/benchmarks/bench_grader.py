@@ -24,6 +24,7 @@ Writes everything as JSON with ``--json``.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -33,7 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+if importlib.util.find_spec("drkernel") is None:  # (PYTHONPATH may name another checkout's package: A/B runs)
+    sys.path.insert(0, str(ROOT))
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -89,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         config = config.with_overrides(precompile_timeout_s=args.precompile_timeout)
     jobs = [(st.id, st.task(suite.entry_point), st.solution.read_text()) for st in selected if st.solution]
     repeat = args.repeat or (10 if cuda else 3)
+    import drkernel
+
+    print(f"drkernel from {Path(drkernel.__file__).parent}", flush=True)
     print(f"{len(jobs)} solutions of {suite.id} on {args.device}; protocol: {config.trials_per_distribution} "
           f"trials x {len(config.distributions)} distributions, {config.timing_trials} timed calls, "
           f"profile={config.profile}", flush=True)
@@ -252,7 +257,7 @@ def _occupancy(device: str) -> dict[str, float] | None:
     from drkernel.env.evaluation import device_gate
 
     gate = device_gate(device)
-    return gate.occupancy() if gate is not None else None
+    return gate.occupancy() if gate is not None and hasattr(gate, "occupancy") else None  # (older gates: none)
 
 
 def _occupancy_share(before: dict | None, after: dict | None) -> dict[str, float] | None:

@@ -8,6 +8,11 @@
 #                                         installed first: tests/gpu/verl/README.md; not in the default)
 #                                         rollout (local generation tokens/s; not in the default)
 #                                         redteam (the black-box corpus; OLD_DRKERNEL=dir for a before run)
+#                                         ab (the grader sweep of this checkout and of OLD_DRKERNEL, arms
+#                                         alternating in one call: AB_ARMS, CAPACITIES, SWEEP_ROUNDS; not in
+#                                         the default). OLD_DRKERNEL is a directory under the repository
+#                                         holding an older drkernel package, carried with the call, e.g.
+#                                         mkdir -p .old/47308c3 && git archive 47308c3 drkernel | tar x -C .old/47308c3
 # Stages service, service_soak, agent and local need the serve/agent/local extras' pure-Python packages
 # (pip install -e '.[serve,agent,local]'; on a machine without internet, install their wheels).
 # Results go to $OUT (default /tmp/drkernel-gpu): logs, results.json, summary.md, plots.
@@ -60,6 +65,19 @@ for stage in $STAGES; do
                 --sweep-rounds "${SWEEP_ROUNDS:-3}" ${SPARES:+--spares "$SPARES"} ${PRECOMPILE:+--precompile-timeout "$PRECOMPILE"} \
                 --skip-warmup --json "$OUT/bench_grader_sweep${PRECOMPILE:+_pc$PRECOMPILE}.json" 2>&1 \
                 | tee "$OUT/bench_grader_sweep${PRECOMPILE:+_pc$PRECOMPILE}.log" | grep -v "^  \[" || status=1 ;;
+    ab)       if [ -z "${OLD_DRKERNEL:-}" ] || [ ! -d "$ROOT/$OLD_DRKERNEL/drkernel" ]; then
+                echo "stage ab needs OLD_DRKERNEL=<dir under the repository with an older drkernel package>"; status=1
+              else
+                k=0
+                for arm in ${AB_ARMS:-new old new old}; do
+                  k=$((k + 1)); pp="$PYTHONPATH"; [ "$arm" = old ] && pp="$ROOT/$OLD_DRKERNEL:$PYTHONPATH"
+                  echo "== ab arm $k: $arm"
+                  PYTHONPATH="$pp" $PY tests/benchmarks/bench_grader.py --device cuda --capacities "${CAPACITIES:-8}" \
+                    --tasks "${LOADSPREAD_TASKS:-01_relu,07_broadcast_mul,13_softmax,15_layer_norm,18_matmul_square,22_cumsum,25_transpose_2d,27_embedding}" \
+                    --sweep-rounds "${SWEEP_ROUNDS:-4}" --skip-fresh --json "$OUT/ab_${k}_$arm.json" 2>&1 \
+                    | tee -a "$OUT/ab_$arm.log" | grep -E "^drkernel from|^capacity [0-9]+:|share of|empty_cache" || status=1
+                done
+              fi ;;
     service)  $PY tests/benchmarks/diagnostics/service_bench.py --n 48 --rounds 2 --latency-n 10 --out "$OUT/service_bench.json" 2>&1 \
                 | tee "$OUT/service_bench.log" || status=1 ;;
     agent)    $PY tests/benchmarks/diagnostics/agent_refine.py --device cuda --out "$OUT/agent_refine" 2>&1 \
