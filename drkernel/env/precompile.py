@@ -218,14 +218,15 @@ def compile_main(workdir: str, job: dict[str, Any]) -> int:
     import json
     import resource
 
-    phases: dict[str, float] = {}
-    t0 = last = time.perf_counter()
+    from drkernel.env.worker import _laps
 
-    def lap(name: str) -> None:
-        nonlocal last
-        now = time.perf_counter()
-        phases[name], last = round(now - last, 4), now
-        phases["total"] = round(now - t0, 4)
+    phases: dict[str, float] = {}
+    t0 = time.perf_counter()
+    timed = _laps(phases)
+
+    def lap(name: str) -> None:  # the worker's laps, with the total so far, written where the grader reads
+        timed(name)
+        phases["total"] = round(time.perf_counter() - t0, 6)
         try:
             with open(os.path.join(workdir, PHASES_FILE), "w") as fh:  # (tmp exists: enter_private_environment)
                 json.dump(phases, fh)

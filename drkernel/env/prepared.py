@@ -156,9 +156,7 @@ class PreparedTask:
                 self._building.pop(init_seed, None)
             building.set()
         with self._lock:
-            self._built[init_seed] = built
-            while len(self._built) > self.TEMPLATES:
-                self._built.popitem(last=False)
+            _keep(self._built, init_seed, built, self.TEMPLATES)
         return built
 
     TEMPLATES = 8
@@ -172,10 +170,9 @@ class PreparedTask:
         is published (other evaluations copy it on their own streams)."""
         with self._seed_lock(init_seed):
             with self._lock:
-                t = self._templates.get(init_seed)
-                if t is not None:
-                    self._templates.move_to_end(init_seed)
-                    return t
+                t = _recent(self._templates, init_seed)
+            if t is not None:
+                return t
             built = self.prebuild(init_seed)  # (built here when no evaluation built it ahead)
             with self._lock:
                 self._built.pop(init_seed, None)
@@ -186,9 +183,7 @@ class PreparedTask:
                                 f"{type(exc).__name__}: {exc}") from exc
             _settled(self.device)
             with self._lock:
-                self._templates[init_seed] = t
-                while len(self._templates) > self.TEMPLATES:
-                    self._templates.popitem(last=False)
+                _keep(self._templates, init_seed, t, self.TEMPLATES)
             return t
 
     def _copy(self, template: torch.nn.Module) -> torch.nn.Module:
@@ -206,18 +201,16 @@ class PreparedTask:
         key = (init_seed, reload_seed, buffers if reload_seed is not None else True)
         with self._seed_lock(init_seed):
             with self._lock:
-                m = self._models.get(key)
-                if m is not None:
-                    self._models.move_to_end(key)
-                    return m
-            m = self._copy(self.template(init_seed))
+                m = _recent(self._models, key)
+            if m is not None:
+                return m
+            template = self.template(init_seed)  # held until the copy is settled (see _copy)
+            m = copy.deepcopy(template)
             if reload_seed is not None:
                 reload_parameters(m, reload_seed, buffers=buffers)
             _settled(self.device)  # other evaluations run it on their own streams
             with self._lock:
-                self._models[key] = m
-                while len(self._models) > 8:
-                    self._models.popitem(last=False)
+                _keep(self._models, key, m, 8)
             return m
 
     def shapes(self, init_seed: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -238,9 +231,8 @@ class PreparedTask:
         device; a copy of it runs (default: a copy of :meth:`template`)."""
         ckey = (init_seed, reload_seed, buffers, key)
         with self._lock:
-            cached = self._outputs.get(ckey)
+            cached = _recent(self._outputs, ckey)
             if cached is not None:
-                self._outputs.move_to_end(ckey)
                 self.hits += 1
                 return cached
             self.misses += 1
@@ -380,18 +372,15 @@ class PreparedCache:
     def get(self, task: Task, task_size: str, device: str) -> PreparedTask:
         key = (task.digest, task.entry_point, task.name, task_size, device)
         with self._lock:
-            p = self._items.get(key)
-            if p is not None:
-                self._items.move_to_end(key)
-                return p
+            p = _recent(self._items, key)
+        if p is not None:
+            return p
         p = PreparedTask.prepare(task, task_size, device, self.cache_bytes)  # outside the lock: may be slow
         with self._lock:
             existing = self._items.get(key)
             if existing is not None:
                 return existing
-            self._items[key] = p
-            while len(self._items) > self.max_tasks:
-                _, old = self._items.popitem(last=False)
+            for old in _keep(self._items, key, p, self.max_tasks):
                 old.release()
         return p
 
@@ -400,6 +389,24 @@ class PreparedCache:
             for p in self._items.values():
                 p.release()
             self._items.clear()
+
+
+def _recent(cache: "OrderedDict[Any, Any]", key: Any) -> Any:
+    """``cache[key]``, marked most recently used, or None (under the cache's lock)."""
+    value = cache.get(key)
+    if value is not None:
+        cache.move_to_end(key)
+    return value
+
+
+def _keep(cache: "OrderedDict[Any, Any]", key: Any, value: Any, limit: int) -> list[Any]:
+    """``cache[key] = value``, the least recently used entries beyond ``limit`` dropped and returned
+    (under the cache's lock)."""
+    cache[key] = value
+    dropped = []
+    while len(cache) > limit:
+        dropped.append(cache.popitem(last=False)[1])
+    return dropped
 
 
 def _settled(device: str) -> None:
