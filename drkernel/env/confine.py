@@ -129,7 +129,7 @@ def confine(workdir: str, extra_read: list[str] | None = None, devices: bool = T
 
     report = _landlock(workdir, extra_read, devices, writable)
     why_not = fix_process_group()
-    report["process_group"] = why_not or "fixed (setsid, setpgid refused)"
+    report["process_group"] = why_not or "fixed (setsid, setpgid refused; no new sockets, no io_uring)"
     return report
 
 

@@ -1,4 +1,5 @@
-"""Keeping a candidate's processes in the process group the grader watches (seccomp).
+"""Keeping a candidate's processes in the process group the grader watches, and off other
+processes' sockets (seccomp).
 
 The grader accounts a candidate's memory over its *process group*, and ends it by signalling that
 group (:mod:`drkernel.env.sandbox`, :mod:`drkernel.env.precompile`). A process that calls
@@ -8,17 +9,26 @@ but native code (a library calling on its behalf, a C extension) is not audited.
 
 :func:`fix_process_group` installs a seccomp filter on every thread of the calling process
 (``SECCOMP_FILTER_FLAG_TSYNC``) under which ``setsid`` and ``setpgid`` fail with ``EPERM``, whoever
-calls them. Filters are inherited by every child, survive ``exec`` and cannot be removed, so the
-process and all its descendants stay in the group it is in now. System calls of another ABI than
-the process's own (x86's 32-bit ``int 0x80``, x32) are refused the same way: they are a second
-path to the same calls. Everything else is allowed. Needs ``PR_SET_NO_NEW_PRIVS`` (set by
-:func:`drkernel.env.confine.confine`) or ``CAP_SYS_ADMIN``.
+calls them. So do ``socket`` and ``io_uring_setup``: Landlock does not govern ``connect()`` to a
+pathname UNIX socket, so a new UNIX socket could reach a service listening on one (a D-Bus or
+systemd user manager, which can start processes outside the group), nor UDP, nor TCP below its
+ABI 4; a process confined here talks to the grader over the socket pair it inherited and never
+needs a new socket (``socketpair`` stays allowed: it reaches nobody), and io_uring could open
+sockets past the filter.
+Filters are inherited by every child, survive ``exec`` and cannot be removed, so the process and all
+its descendants stay in the group it is in now. System calls of another ABI than the process's own
+(x86's 32-bit ``int 0x80``, x32) are refused the same way: they are a second path to the same
+calls. Everything else is allowed. Needs ``PR_SET_NO_NEW_PRIVS`` (set by
+:func:`drkernel.env.confine.confine`) or ``CAP_SYS_ADMIN``. Installed when the process is confined:
+in a worker, after its CUDA context, its profiler and the launch budget are set up, right before
+the candidate's code is imported.
 
 The filter, as classic BPF over ``struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}``::
 
     ld  arch            ; jne AUDIT_ARCH_<own> -> deny
     ld  nr              ; jge 0x40000000 -> deny       (x86-64 only: the x32 ABI's numbers)
     jeq __NR_setsid -> deny ; jeq __NR_setpgid -> deny
+    jeq __NR_socket -> deny ; jeq __NR_io_uring_setup -> deny
     ret ALLOW
     deny: ret ERRNO(EPERM)
 """
@@ -32,10 +42,11 @@ import platform
 import struct
 from typing import Any
 
-# machine -> (AUDIT_ARCH_*, __NR_seccomp, __NR_setsid, __NR_setpgid, x32 bit or 0)
+# machine -> (AUDIT_ARCH_*, __NR_seccomp, __NR_setsid, __NR_setpgid, x32 bit or 0, __NR_socket,
+#             __NR_io_uring_setup)
 _ABIS = {
-    "x86_64": (0xC000003E, 317, 112, 109, 0x40000000),
-    "aarch64": (0xC00000B7, 277, 157, 154, 0),
+    "x86_64": (0xC000003E, 317, 112, 109, 0x40000000, 41, 425),
+    "aarch64": (0xC00000B7, 277, 157, 154, 0, 198, 425),
 }
 
 _LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
@@ -46,12 +57,12 @@ _PR_SET_NO_NEW_PRIVS = 38
 
 def program(machine: str | None = None) -> list[tuple[int, int, int, int]]:
     """The filter's instructions ``(code, jt, jf, k)`` for ``machine`` (default: this one)."""
-    arch, _, setsid, setpgid, x32 = _ABIS[machine or platform.machine()]
+    arch, _, setsid, setpgid, x32, socket, io_uring_setup = _ABIS[machine or platform.machine()]
     body: list[tuple[int, Any, Any, int]] = [(_LD_W_ABS, 0, 0, 4), (_JEQ_K, 0, "deny", arch), (_LD_W_ABS, 0, 0, 0)]
     if x32:
         body.append((_JGE_K, "deny", 0, x32))
-    body += [(_JEQ_K, "deny", 0, setsid), (_JEQ_K, "deny", 0, setpgid), (_RET_K, 0, 0, _RET_ALLOW),
-             (_RET_K, 0, 0, _RET_ERRNO | errno.EPERM)]
+    body += [(_JEQ_K, "deny", 0, call) for call in (setsid, setpgid, socket, io_uring_setup)]
+    body += [(_RET_K, 0, 0, _RET_ALLOW), (_RET_K, 0, 0, _RET_ERRNO | errno.EPERM)]
     deny = len(body) - 1
     # a jump's offsets count the instructions skipped after the jump itself
     return [(code, deny - i - 1 if jt == "deny" else jt, deny - i - 1 if jf == "deny" else jf, k)

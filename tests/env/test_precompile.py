@@ -328,8 +328,15 @@ def test_a_worker_started_by_exec_has_no_compiler():
         assert proc.start_compiler({"unused": True}) is None
 
 
-def test_the_seccomp_filter_refuses_leaving_the_group_in_every_thread_and_child():
-    script = '''
+def test_the_seccomp_filter_refuses_leaving_the_group_and_new_sockets_in_every_thread_and_child(tmp_path):
+    """Native code is not audited: setsid/setpgid would leave the grader's group, and a new UNIX
+    socket could reach a service listening on a path (Landlock does not govern that connect)."""
+    import socket
+
+    listening = socket.socket(socket.AF_UNIX)
+    listening.bind(str(tmp_path / "service.sock"))
+    listening.listen(1)
+    script = f"LISTENING = {str(tmp_path / 'service.sock')!r}\n" + '''
 import os, subprocess, sys, threading, time
 from drkernel.env.seccomp import fix_process_group
 alive = threading.Event()
@@ -340,7 +347,11 @@ if why_not:
     print({"unavailable": why_not})
     raise SystemExit(0)
 out = {}
-for name, call in (("setsid", os.setsid), ("setpgid", lambda: os.setpgid(0, 0))):
+import socket
+for name, call in (("setsid", os.setsid), ("setpgid", lambda: os.setpgid(0, 0)),
+                   ("unix", lambda: socket.socket(socket.AF_UNIX).connect(LISTENING)),
+                   ("udp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM)),
+                   ("pair", lambda: socket.socketpair())):
     try:
         call(); out[name] = "allowed"
     except PermissionError:
@@ -359,9 +370,13 @@ alive.set()
 print(out)
 '''
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    try:
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        listening.close()
     assert out.returncode == 0, out.stderr[-2000:]
     result = eval(out.stdout.strip())  # noqa: S307 - our own script's dict
     if "unavailable" in result:
         pytest.skip(f"no seccomp filter here: {result['unavailable']}")
-    assert result == {"setsid": "refused", "setpgid": "refused", "child": 0, "exec": 1, "thread": "2", "pgid": True}
+    assert result == {"setsid": "refused", "setpgid": "refused", "unix": "refused", "udp": "refused",
+                      "pair": "allowed", "child": 0, "exec": 1, "thread": "2", "pgid": True}
