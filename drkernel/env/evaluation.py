@@ -1105,7 +1105,10 @@ def evaluate(task: Task | os.PathLike | str, source: str | os.PathLike, *, seed:
     src = as_source(source)
     device = resolve_device(config.device)
     prepared = PreparedTask.prepare(task, config.resolved_task_size(), device)
-    return Evaluation(prepared, src, seed=seed, config=config, cancel=cancel).run()
+    try:
+        return Evaluation(prepared, src, seed=seed, config=config, cancel=cancel).run()
+    finally:
+        prepared.release()  # its references and models leave the device now, not at the next collection
 
 
 def _contiguous_strides(shape: list[int], strides: list[int]) -> bool:

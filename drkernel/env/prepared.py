@@ -18,8 +18,8 @@ concurrent evaluations under other seeds compute theirs at the same time.
 from __future__ import annotations
 
 import copy
-import functools
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -261,7 +261,7 @@ class PreparedTask:
             tensors = list(tensors_in(inputs))
             ref = ReferenceOutput(out.detach(), aliases(out, tensors), is_dense(out),
                                   shapes, out.is_contiguous(),
-                                  functools.partial(self.sensitivity, init_seed, key, reload_seed, buffers))
+                                  self._sensitivity_of(init_seed, key, reload_seed, buffers))
             if ref.aliases_input:
                 ref.out = ref.out.clone()  # keep the value, not a view of inputs dropped below
             if not cache:
@@ -274,6 +274,19 @@ class PreparedTask:
                     _, old = self._outputs.popitem(last=False)
                     self._bytes -= old.nbytes
             return ref
+
+    def _sensitivity_of(self, init_seed: int, key: TrialKey, reload_seed: int | None,
+                        buffers: bool) -> Callable[[torch.Tensor], torch.Tensor | None]:
+        """:meth:`sensitivity` for one output, holding this task weakly: an output cached here that
+        held its task would make a cycle, and a task dropped by its last user (``evaluate`` prepares
+        one per call) would keep its outputs and models on the device until the garbage collector
+        ran. An evaluation holds its task while it may ask."""
+        task = weakref.ref(self)
+
+        def estimate(out: torch.Tensor) -> torch.Tensor | None:
+            alive = task()
+            return None if alive is None else alive.sensitivity(init_seed, key, reload_seed, buffers, out)
+        return estimate
 
     SENSITIVITY_DRAWS = 4
     """Perturbed forwards per sensitivity estimate: one change falls below a tenth of its scale with

@@ -150,6 +150,29 @@ def get_init_inputs():
     assert ref.sensitivity(ref.out) is None
 
 
+def test_a_prepared_task_is_freed_when_dropped_not_at_the_next_garbage_collection():
+    """Each cached output's sensitivity estimate holds its task weakly: a strong reference made a
+    cycle (task -> outputs -> estimate -> task), so a task dropped by its last user (``evaluate``
+    prepares one per call) kept its outputs and models on the device until the collector ran; on an
+    H100 the grader's idle CUDA cache then jumped from 1.3 to 4.4 GB between evaluations."""
+    import gc
+    import weakref
+
+    p = PreparedTask.prepare(Task.from_source(TASK, name="lin_clamp"), "full", "cpu")
+    ref = p.reference(0, TrialKey(seed=3))
+    estimate = ref.sensitivity
+    gone = weakref.ref(p)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        del p
+        assert gone() is None, "the prepared task outlived its last user: a reference cycle"
+    finally:
+        if was:
+            gc.enable()
+    assert estimate(ref.out) is None  # asked after its task is gone: no estimate, no error
+
+
 @pytest.mark.parametrize("precision, passes", [("fp64", True), ("bf16", False)])
 def test_grader_passes_an_accurate_kernel_on_an_ill_conditioned_task(precision, passes):
     r = evaluate(TASK, CANDIDATE.replace("PRECISION", repr(precision)), seed=5, config=CONFIG)
