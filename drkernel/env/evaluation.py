@@ -844,12 +844,12 @@ class Evaluation:
         """A checked timed output: whole, or the elements at the plan's indices (drkernel.env.spot)
         against the same elements of the reference, within the whole output's tolerance."""
         ref = spot.out
-        index = sample_index(ref.numel(), plan[0], plan[1], torch)
+        index = sample_index(ref.numel(), plan[0], plan[1], torch, ref.device)
         if index is None:
             return self._compare(got, ref, spot.sensitivity)
         if shape != list(ref.shape):
             return Comparison(False, f"shape mismatch: got {str(shape)[:80]}, expected {tuple(ref.shape)}")
-        return self._compare(got, ref, spot.sensitivity, index=index.to(ref.device))
+        return self._compare(got, ref, spot.sensitivity, index=index)
 
     def _compare(self, out: torch.Tensor, ref: torch.Tensor,
                  sensitivity: Callable[[torch.Tensor], torch.Tensor | None] | None = None,

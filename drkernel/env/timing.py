@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 FLUSH_MIN_BYTES = 256 << 20
 """The L2 flush writes at least this much (KernelBench's 256 MB): at least twice any current GPU's L2."""
 _CUDA_LIMIT_PERSISTING_L2 = 0x06
-WORKER_PHASES = ("inputs", "call", "call_pre", "call_after", "spot", "finish", "write", "profiler")
+WORKER_PHASES = ("inputs", "call", "call_pre", "call_after", "spot", "snapshot", "finish", "write", "profiler")
 """The parts of a timing request the worker reports (``TimeReply.phases_s``, diagnostics only)."""
 
 
@@ -115,14 +115,14 @@ class SpotChannel:
         import torch
 
         from drkernel.env.protocol import spot_query
-        from drkernel.env.spot import ANSWER_BYTES, decode_keep, sample_index
+        from drkernel.env.spot import ANSWER_BYTES, SAMPLER_OPS, decode_keep, sample_index
 
         # everything the answers and the sampling use, bound now: a module the candidate puts in
         # sys.modules later, or a torch attribute it replaces, is not reached
         self._answer_bytes, self._decode, self._sample_index = ANSWER_BYTES, decode_keep, sample_index
         self._torch = torch
-        self._randint, self._generator = torch.randint, torch.Generator
-        self._select, self._reshape, self._to = torch.Tensor.index_select, torch.Tensor.reshape, torch.Tensor.to
+        self._sampler_ops = {name: getattr(torch, name) for name in SAMPLER_OPS}
+        self._select, self._reshape = torch.Tensor.index_select, torch.Tensor.reshape
         self._clone, self._sync = torch.Tensor.clone, torch.cuda.synchronize
         self._fd, self._read, self._write = fd, os.read, os.write
         cell: list[str] = [""]
@@ -155,11 +155,11 @@ class SpotChannel:
         candidate runs again): the whole tensor, or its elements at the plan's flat indices
         (:func:`drkernel.env.spot.sample_index`) as a 1-D tensor. An output returned unfinished
         and completed later (by the next call, say) is judged as it was when its call returned."""
-        idx = self._sample_index(out.numel(), plan[0], plan[1], self._torch, self._randint, self._generator)
+        idx = self._sample_index(out.numel(), plan[0], plan[1], self._torch, out.device, self._sampler_ops)
         if idx is None:
             snap = self._clone(out)
         else:
-            snap = self._select(self._reshape(out, (-1,)), 0, self._to(idx, out.device))
+            snap = self._select(self._reshape(out, (-1,)), 0, idx)
         if out.is_cuda:
             self._sync()  # the copy is done before the next call launches anything, on any stream
         return snap
@@ -265,13 +265,15 @@ def run_calls(h: TimingHarness, req: TimeRequest) -> TimeReply:
         phases["call"] += t2 - t1
         if i >= warmup and req.spot:
             plan = h.spot.keep(i)
+            t3 = perf()
+            phases["spot"] += t3 - t2  # the question and its answer (a round trip to the grader)
             if plan is not None:
                 if type(out) is torch.Tensor:
                     kept.append((i, h.spot.snapshot(out, plan), list(out.shape)))
                 else:
                     kept.append((i, None, None))
+            phases["snapshot"] += perf() - t3
         del out
-        phases["spot"] += perf() - t2
     total_s = perf() - t_begin
     t0 = perf()
     h.finish_request(full=True)  # integrity before anything the candidate could have patched runs

@@ -300,6 +300,7 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
             parts: dict[str, dict[str, float]] = {}  # worker's load / run / first-run parts
             gate: dict[str, float] = {}
             precompiled: list[dict] = []
+            quartiles: dict[str, list[list[float | None]]] = {}  # per evaluation: its timed calls' min..max
             passed = 0
 
             def one(k: int):
@@ -326,6 +327,8 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
                         precompiled.append(pre)
                     if r.kernel_ms:
                         times[tid].append(r.kernel_ms)
+                        c = r.details.get("timing", {}).get("candidate_ms", {})
+                        quartiles.setdefault(tid, []).append([c.get(q) for q in ("min", "p25", "median", "p75", "max")])
                         clocks.setdefault(tid, []).append(r.details.get("timing", {}).get("sm_clock"))
             secs = time.monotonic() - t0
             occ1 = _occupancy(g.devices[0])
@@ -339,7 +342,7 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
                "evals_per_min": 60 * len(jobs) * rounds / secs, "passed": passed,
                "spread_median": statistics.median(spreads.values()) if spreads else None,
                "spread_max": worst[1], "spread_worst_task": worst[0], "spread_by_task": spreads,
-               "times_ms": times, "stage_mean_s": stages, "worker_phase_mean_s": phases,
+               "times_ms": times, "call_quartiles_ms": quartiles, "stage_mean_s": stages, "worker_phase_mean_s": phases,
                "worker_parts_mean_s": parts, "gpu_gate_mean": gate,
                "precompile": {"evaluations": len(precompiled), "finished": sum(bool(p.get("finished")) for p in precompiled),
                               "complete": sum(bool(p.get("complete")) for p in precompiled),

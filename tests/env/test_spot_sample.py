@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from drkernel.env.config import EvalConfig, cpu_fast
-from drkernel.env.spot import ANSWER_BYTES, decode_keep, encode_keep, sample_index, sample_size
+from drkernel.env.spot import (ANSWER_BYTES, SAMPLER_OPS, decode_keep, encode_keep, sample_index, sample_size,
+                                splitmix64)
 
 TASKS = Path(__file__).parent / "fixtures" / "tasks"
 HONEST = (Path(__file__).parent / "fixtures" / "candidates" / "honest" / "relu_basic.py")
@@ -95,7 +96,8 @@ def test_sample_size_reads_small_outputs_whole():
 
 def test_both_sides_draw_the_same_indices_from_the_seed():
     a = sample_index(10_000, 12345, 512, torch)
-    b = sample_index(10_000, 12345, 512, torch, torch.randint, torch.Generator)
+    captured = {name: getattr(torch, name) for name in SAMPLER_OPS}  # what the worker holds
+    b = sample_index(10_000, 12345, 512, torch, "cpu", captured)
     c = sample_index(10_000, 12346, 512, torch)
     assert a.dtype == torch.int64 and a.shape == (512,) and torch.equal(a, b) and not torch.equal(a, c)
     assert int(a.min()) >= 0 and int(a.max()) < 10_000
@@ -103,6 +105,16 @@ def test_both_sides_draw_the_same_indices_from_the_seed():
     # uniform: each tenth of the output gets about a tenth of 100k draws
     counts = torch.bincount(sample_index(1000, 7, 100_000, torch) // 100, minlength=10)
     assert int(counts.min()) > 9_000 and int(counts.max()) < 11_000
+
+
+@pytest.mark.parametrize("seed", [0, 12345, (1 << 63) - 1, (1 << 64) - 1])
+def test_indices_are_splitmix64_mod_the_size_whatever_the_seed(seed):
+    """torch's wrapping int64 arithmetic and masked shifts give SplitMix64 exactly (worked in Python,
+    mod 2^64), for seeds that overflow every step and for an output larger than 2^32 elements."""
+    for numel in (10**9 + 7, (1 << 35) + 3):
+        got = sample_index(numel, seed, 2000, torch).tolist()
+        assert got == [(splitmix64(seed, i) & ((1 << 63) - 1)) % numel for i in range(2000)]
+    assert splitmix64(0, 0) == 0xE220A8397B1DCDAF  # SplitMix64's first output from state 0
 
 
 def test_keep_answers_round_trip_and_malformed_ones_are_refused():

@@ -256,3 +256,22 @@ def test_the_graders_cuda_cache_does_not_grow_with_every_evaluation(monkeypatch)
     later = [one() for _ in range(4)]
     assert not emptied, "the cache was emptied: the growth cannot be measured (is the GPU shared?)"
     assert max(later) <= first * 1.25 + (64 << 20), (first, later)
+
+
+def test_spot_indices_drawn_on_the_gpu_are_the_cpus():
+    """The worker samples a checked output on its device, the grader on the reference's: both get
+    SplitMix64's indices (drkernel.env.spot), whatever the device, and no index crosses a bus."""
+    import time
+
+    from drkernel.env.spot import sample_index
+
+    for numel, seed in ((64 << 20, 7), ((1 << 35) + 3, (1 << 64) - 1)):
+        gpu = sample_index(numel, seed, 1 << 20, torch, "cuda")
+        assert gpu.device.type == "cuda"
+        assert torch.equal(gpu.cpu(), sample_index(numel, seed, 1 << 20, torch, "cpu"))
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for k in range(10):
+        sample_index(64 << 20, k, 1 << 20, torch, "cuda")
+    torch.cuda.synchronize()
+    print(f"2^20 spot indices on the GPU: {(time.perf_counter() - t0) / 10 * 1e3:.3f} ms each")
