@@ -559,6 +559,10 @@ def worker_env(device: str) -> dict[str, str]:
     env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
+    # ``python -m`` puts the working directory first on sys.path, before PYTHONPATH: a zygote started
+    # from a directory holding another drkernel (an older checkout, say) ran that one's worker under
+    # this grader. Python >= 3.11 leaves it out; the zygote also starts in the package's root.
+    env["PYTHONSAFEPATH"] = "1"
     # One thread of work: torch runs with one intra-op thread (worker.py), and the BLAS under NumPy
     # (the interpreter's tl.dot) with one, so any CPU time on another thread is the candidate's
     # (evaluation's other-threads check).

@@ -49,6 +49,9 @@ from typing import Any
 
 from drkernel.env.proclimits import EXIT_UNKNOWN, child_limits
 
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+"""The directory holding this drkernel package (what worker_env puts first on PYTHONPATH)."""
+
 #: What the zygote imports before serving: everything a worker imports before its candidate.
 PRELOAD = ("numpy", "torch", "torch.profiler", "torch.utils._python_dispatch", "triton", "triton.language",
            "triton.runtime.cache", "drkernel.env.worker", "drkernel.env.protocol", "drkernel.env.launches",
@@ -338,7 +341,8 @@ class Zygote:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "drkernel.env.zygote", str(child.fileno())],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=[child.fileno()], start_new_session=True, env=env, preexec_fn=child_limits)
+                pass_fds=[child.fileno()], start_new_session=True, env=env, preexec_fn=child_limits,
+                cwd=_PACKAGE_ROOT)  # not the caller's directory: ``-m`` imports from there first
         finally:
             child.close()
         self._sock = parent

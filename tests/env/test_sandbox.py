@@ -149,6 +149,22 @@ def test_both_start_methods_give_a_ready_worker_in_its_own_group(method):
     assert p.proc.poll() is not None  # closed: the group was killed and the exit seen
 
 
+@pytest.mark.parametrize("method", ["zygote", "exec"])
+def test_workers_run_the_graders_package_whatever_the_callers_directory(method, tmp_path, monkeypatch):
+    """``python -m`` imports from the working directory first: a grader run from a directory that
+    holds another drkernel (an older checkout) started workers from that one (an A/B run of two
+    versions graded every candidate of the old arm with the new worker)."""
+    from drkernel.env.sandbox import CandidateProcess
+
+    (tmp_path / "drkernel").mkdir()
+    (tmp_path / "drkernel" / "__init__.py").write_text("raise ImportError('the caller directory drkernel')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "5")  # a start-time variable: a fresh zygote, started from here
+    with CandidateProcess("cpu", start=method) as p:
+        p.wait_ready(120)
+        assert p.start_method == method  # a zygote that failed to start would have fallen back to exec
+
+
 def test_unknown_start_method_is_named(monkeypatch):
     from drkernel.env.result import EnvironmentFailure
     from drkernel.env.sandbox import start_method_default

@@ -70,12 +70,15 @@ for stage in $STAGES; do
               else
                 k=0
                 for arm in ${AB_ARMS:-new old new old}; do
-                  k=$((k + 1)); pp="$PYTHONPATH"; [ "$arm" = old ] && pp="$ROOT/$OLD_DRKERNEL:$PYTHONPATH"
+                  k=$((k + 1)); pp="$PYTHONPATH"; dir="$ROOT"
+                  [ "$arm" = old ] && pp="$ROOT/$OLD_DRKERNEL:$PYTHONPATH" && dir="$ROOT/$OLD_DRKERNEL"
                   echo "== ab arm $k: $arm"
-                  PYTHONPATH="$pp" $PY tests/benchmarks/bench_grader.py --device cuda --capacities "${CAPACITIES:-8}" \
+                  # each arm runs from its package's directory: a grader before 2026-11-27 started its
+                  # workers with ``python -m`` from its working directory, which imports from there first
+                  (cd "$dir" && PYTHONPATH="$pp" $PY "$ROOT/tests/benchmarks/bench_grader.py" --device cuda --capacities "${CAPACITIES:-8}" \
                     --tasks "${LOADSPREAD_TASKS:-01_relu,07_broadcast_mul,13_softmax,15_layer_norm,18_matmul_square,22_cumsum,25_transpose_2d,27_embedding}" \
-                    --sweep-rounds "${SWEEP_ROUNDS:-4}" --skip-fresh --json "$OUT/ab_${k}_$arm.json" 2>&1 \
-                    | tee -a "$OUT/ab_$arm.log" | grep -E "^drkernel from|^capacity [0-9]+:|share of|empty_cache" || status=1
+                    --sweep-rounds "${SWEEP_ROUNDS:-4}" --skip-fresh --json "$OUT/ab_${k}_$arm.json") 2>&1 \
+                    | tee -a "$OUT/ab_$arm.log" | grep -E "^drkernel from|^capacity [0-9]+:|share of|empty_cache|timing request" || status=1
                 done
               fi ;;
     service)  $PY tests/benchmarks/diagnostics/service_bench.py --n 48 --rounds 2 --latency-n 10 --out "$OUT/service_bench.json" 2>&1 \
