@@ -301,6 +301,8 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
             gate: dict[str, float] = {}
             precompiled: list[dict] = []
             quartiles: dict[str, list[list[float | None]]] = {}  # per evaluation: its timed calls' min..max
+            kernels: dict[str, list[dict[str, float]]] = {}  # per evaluation: its top kernels' mean us per call
+            launches: dict[str, list[list[float | None]]] = {}  # per evaluation: host ms of its timed forwards
             passed = 0
 
             def one(k: int):
@@ -329,6 +331,10 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
                         times[tid].append(r.kernel_ms)
                         c = r.details.get("timing", {}).get("candidate_ms", {})
                         quartiles.setdefault(tid, []).append([c.get(q) for q in ("min", "p25", "median", "p75", "max")])
+                        launch = r.details.get("timing", {}).get("launch_ms", {})
+                        launches.setdefault(tid, []).append([launch.get(q) for q in ("median", "p75", "max")])
+                        top = r.details.get("profile", {}).get("top") or []
+                        kernels.setdefault(tid, []).append({t["name"][:60]: round(t["us"], 2) for t in top[:4]})
                         clocks.setdefault(tid, []).append(r.details.get("timing", {}).get("sm_clock"))
             secs = time.monotonic() - t0
             occ1 = _occupancy(g.devices[0])
@@ -342,7 +348,7 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
                "evals_per_min": 60 * len(jobs) * rounds / secs, "passed": passed,
                "spread_median": statistics.median(spreads.values()) if spreads else None,
                "spread_max": worst[1], "spread_worst_task": worst[0], "spread_by_task": spreads,
-               "times_ms": times, "call_quartiles_ms": quartiles, "stage_mean_s": stages, "worker_phase_mean_s": phases,
+               "times_ms": times, "call_quartiles_ms": quartiles, "top_kernels_us": kernels, "launch_ms": launches, "stage_mean_s": stages, "worker_phase_mean_s": phases,
                "worker_parts_mean_s": parts, "gpu_gate_mean": gate,
                "precompile": {"evaluations": len(precompiled), "finished": sum(bool(p.get("finished")) for p in precompiled),
                               "complete": sum(bool(p.get("complete")) for p in precompiled),
