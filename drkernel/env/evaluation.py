@@ -844,27 +844,29 @@ class Evaluation:
         """A checked timed output: whole, or the elements at the plan's indices (drkernel.env.spot)
         against the same elements of the reference, within the whole output's tolerance."""
         ref = spot.out
-        index = sample_index(ref.numel(), plan[0], plan[1], torch, ref.device)
-        if index is None:
+        if plan[1] <= 0 or ref.numel() <= 0:  # sent back whole (sample_index gives no indices)
             return self._compare(got, ref, spot.sensitivity)
         if shape != list(ref.shape):
             return Comparison(False, f"shape mismatch: got {str(shape)[:80]}, expected {tuple(ref.shape)}")
-        return self._compare(got, ref, spot.sensitivity, index=index)
+        return self._compare(got, ref, spot.sensitivity, sample=plan)
 
     def _compare(self, out: torch.Tensor, ref: torch.Tensor,
                  sensitivity: Callable[[torch.Tensor], torch.Tensor | None] | None = None,
-                 index: torch.Tensor | None = None) -> Comparison:
+                 sample: tuple[int, int] | None = None) -> Comparison:
         """Compare on the reference's device; a device out of memory (the candidate may hold most of
-        it) falls back to the CPU. Values out of tolerance are compared once more with the
-        reference's own rounding sensitivity allowed (``sensitivity``, :mod:`drkernel.env.compare`:
-        ill-conditioned elements). Any other failure here is the grader's (EnvironmentFailure)."""
+        it) falls back to the CPU. ``sample``: ``(seed, size)`` of a checked timed output sent back
+        as a sample (drkernel.env.spot): its elements of the reference, within the whole output's
+        scale. Values out of tolerance are compared once more with the reference's own rounding
+        sensitivity allowed (``sensitivity``, :mod:`drkernel.env.compare`: ill-conditioned
+        elements). Any other failure here is the grader's (EnvironmentFailure)."""
         whole = ref
-        scale = None
-        if index is not None:  # a sample: its elements of the reference, the whole output's scale
-            scale = reference_rms(ref)
-            ref = ref.reshape(-1).index_select(0, index)
         try:
             try:
+                index = scale = None
+                if sample is not None:  # (the indices and the scale inside: they need device memory too)
+                    index = sample_index(whole.numel(), sample[0], sample[1], torch, whole.device)
+                    scale = reference_rms(whole)
+                    ref = whole.reshape(-1).index_select(0, index)
                 cmp = compare_outputs(out, ref, self.atol, self.rtol, scale=scale)
                 if cmp.ok or sensitivity is None or cmp.max_abs_err is None or cmp.max_abs_err == float("inf"):
                     return cmp
@@ -882,7 +884,12 @@ class Evaluation:
                 return second if second.ok else cmp
             except torch.OutOfMemoryError:
                 torch.cuda.empty_cache()
-                return compare_outputs(out.cpu(), ref.cpu(), self.atol, self.rtol, scale=scale)
+                whole, out = whole.cpu(), out.cpu()
+                if sample is None:
+                    return compare_outputs(out, whole, self.atol, self.rtol)
+                index = sample_index(whole.numel(), sample[0], sample[1], torch, "cpu")
+                return compare_outputs(out, whole.reshape(-1).index_select(0, index), self.atol, self.rtol,
+                                       scale=reference_rms(whole))
         except Exception as exc:  # noqa: BLE001
             raise EnvironmentFailure(f"comparing outputs failed in the grader: {type(exc).__name__}: {exc}") from exc
 

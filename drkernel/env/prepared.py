@@ -50,7 +50,8 @@ class ReferenceOutput:
     """Whether the reference's own output is row-major (``out`` may be a contiguous copy of a view)."""
     sensitivity: Callable[[torch.Tensor], torch.Tensor | None] | None = field(default=None, repr=False)
     """``sensitivity(out)`` computes, on demand, the output's sensitivity to rounding
-    (:meth:`PreparedTask.sensitivity` bound to this output's inputs and parameters)."""
+    (:meth:`PreparedTask.sensitivity` bound to this output's inputs and parameters; it holds its
+    task weakly and raises RuntimeError once the task is gone)."""
 
     @property
     def nbytes(self) -> int:
@@ -280,12 +281,17 @@ class PreparedTask:
         """:meth:`sensitivity` for one output, holding this task weakly: an output cached here that
         held its task would make a cycle, and a task dropped by its last user (``evaluate`` prepares
         one per call) would keep its outputs and models on the device until the garbage collector
-        ran. An evaluation holds its task while it may ask."""
+        ran. An evaluation holds its task while it may ask; asked after its task was dropped, it
+        raises (a silent None would change a verdict)."""
         task = weakref.ref(self)
+        name = self.task.name
 
         def estimate(out: torch.Tensor) -> torch.Tensor | None:
             alive = task()
-            return None if alive is None else alive.sensitivity(init_seed, key, reload_seed, buffers, out)
+            if alive is None:
+                raise RuntimeError(f"the sensitivity of a reference output of {name} was asked after its "
+                                   "PreparedTask was dropped: keep the task while its outputs are compared")
+            return alive.sensitivity(init_seed, key, reload_seed, buffers, out)
         return estimate
 
     SENSITIVITY_DRAWS = 4

@@ -74,28 +74,40 @@ def splitmix64(seed: int, i: int) -> int:
     return z ^ (z >> 31)
 
 
+def make_sampler(torch: Any, ops: dict[str, Callable[..., Any]] | None = None) -> Callable[..., Any]:
+    """``sample(numel, seed, size, device="cpu")``: :func:`sample_index` with everything it uses
+    bound now, in the closure: the torch functions (``ops``, :data:`SAMPLER_OPS`; default: the
+    module's now), the int64 dtype, the constants and ``int``. The worker makes its sampler before the
+    candidate loads, so no later rebinding of this module's globals, torch's attributes or builtins
+    reaches it (a replaced helper here could have handed the candidate the seed before the copy)."""
+    op = dict(ops or {name: getattr(torch, name) for name in SAMPLER_OPS})
+    arange, mul, add, xor, band, shr, rem = (op[name] for name in SAMPLER_OPS)
+    int64, to_int = torch.int64, int
+    golden, mix1, mix2 = _int64(_GOLDEN), _int64(_MIX1), _int64(_MIX2)
+    low63 = (1 << 63) - 1
+
+    def sample(numel: int, seed: int, size: int, device: Any = "cpu") -> Any:
+        numel, seed, size = to_int(numel), to_int(seed) & 0xFFFFFFFFFFFFFFFF, to_int(size)
+        if size <= 0 or numel <= 0:
+            return None
+        z = add(mul(arange(1, size + 1, dtype=int64, device=device), golden),
+                seed - (1 << 64) if seed >> 63 else seed)
+        z = mul(xor(z, band(shr(z, 30), (1 << 34) - 1)), mix1)
+        z = mul(xor(z, band(shr(z, 27), (1 << 37) - 1)), mix2)
+        z = xor(z, band(shr(z, 31), (1 << 33) - 1))
+        return rem(band(z, low63), numel)
+    return sample
+
+
 def sample_index(numel: int, seed: int, size: int, torch: Any, device: Any = "cpu",
                  ops: dict[str, Callable[..., Any]] | None = None) -> Any:
     """The ``size`` flat indices (int64 tensor on ``device``, uniform with replacement) read back of
     an output of ``numel`` elements, or None for the whole output (``size`` 0): index ``i`` is
     ``splitmix64(seed, i) mod 2^63 mod numel`` (the modulo's bias is below ``numel / 2^63``). The
     same on every device: int64 arithmetic wraps mod 2^64 and shifts are made logical by a mask.
-    ``ops``: the worker passes the torch functions (:data:`SAMPLER_OPS`) it captured at start (the
-    candidate may have replaced the module's attributes)."""
-    if size <= 0 or numel <= 0:
-        return None
-    op = ops or {name: getattr(torch, name) for name in SAMPLER_OPS}
-    mul, xor, band, shr = op["mul"], op["bitwise_xor"], op["bitwise_and"], op["bitwise_right_shift"]
-
-    def logical_shift(z: Any, k: int) -> Any:
-        return band(shr(z, k), (1 << (64 - k)) - 1)
-
-    z = op["add"](mul(op["arange"](1, int(size) + 1, dtype=torch.int64, device=device), _int64(_GOLDEN)),
-                  _int64(seed))
-    z = mul(xor(z, logical_shift(z, 30)), _int64(_MIX1))
-    z = mul(xor(z, logical_shift(z, 27)), _int64(_MIX2))
-    z = xor(z, logical_shift(z, 31))
-    return op["remainder"](band(z, (1 << 63) - 1), int(numel))
+    The worker uses :func:`make_sampler`, bound before the candidate loads."""
+    return make_sampler(torch, ops)(numel, seed, size, device)
 
 
-__all__ = ["ANSWER_BYTES", "SAMPLER_OPS", "sample_size", "encode_keep", "decode_keep", "sample_index", "splitmix64"]
+__all__ = ["ANSWER_BYTES", "SAMPLER_OPS", "sample_size", "encode_keep", "decode_keep", "make_sampler", "sample_index",
+           "splitmix64"]

@@ -115,13 +115,13 @@ class SpotChannel:
         import torch
 
         from drkernel.env.protocol import spot_query
-        from drkernel.env.spot import ANSWER_BYTES, SAMPLER_OPS, decode_keep, sample_index
+        from drkernel.env.spot import ANSWER_BYTES, decode_keep, make_sampler
 
         # everything the answers and the sampling use, bound now: a module the candidate puts in
         # sys.modules later, or a torch attribute it replaces, is not reached
-        self._answer_bytes, self._decode, self._sample_index = ANSWER_BYTES, decode_keep, sample_index
+        self._answer_bytes, self._decode = ANSWER_BYTES, decode_keep
         self._torch = torch
-        self._sampler_ops = {name: getattr(torch, name) for name in SAMPLER_OPS}
+        self._sample_index = make_sampler(torch)
         self._select, self._reshape = torch.Tensor.index_select, torch.Tensor.reshape
         self._clone, self._sync = torch.Tensor.clone, torch.cuda.synchronize
         self._fd, self._read, self._write = fd, os.read, os.write
@@ -155,7 +155,7 @@ class SpotChannel:
         candidate runs again): the whole tensor, or its elements at the plan's flat indices
         (:func:`drkernel.env.spot.sample_index`) as a 1-D tensor. An output returned unfinished
         and completed later (by the next call, say) is judged as it was when its call returned."""
-        idx = self._sample_index(out.numel(), plan[0], plan[1], self._torch, out.device, self._sampler_ops)
+        idx = self._sample_index(out.numel(), plan[0], plan[1], out.device)
         if idx is None:
             snap = self._clone(out)
         else:

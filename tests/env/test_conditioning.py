@@ -170,7 +170,8 @@ def test_a_prepared_task_is_freed_when_dropped_not_at_the_next_garbage_collectio
     finally:
         if was:
             gc.enable()
-    assert estimate(ref.out) is None  # asked after its task is gone: no estimate, no error
+    with pytest.raises(RuntimeError, match="after its PreparedTask was dropped"):
+        estimate(ref.out)  # asked after its task is gone: loud, not a silent "no allowance"
 
 
 @pytest.mark.parametrize("precision, passes", [("fp64", True), ("bf16", False)])

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from drkernel.env.config import EvalConfig, cpu_fast
-from drkernel.env.spot import (ANSWER_BYTES, SAMPLER_OPS, decode_keep, encode_keep, sample_index, sample_size,
-                                splitmix64)
+from drkernel.env.spot import (ANSWER_BYTES, SAMPLER_OPS, decode_keep, encode_keep, make_sampler, sample_index,
+                                sample_size, splitmix64)
 
 TASKS = Path(__file__).parent / "fixtures" / "tasks"
 HONEST = (Path(__file__).parent / "fixtures" / "candidates" / "honest" / "relu_basic.py")
@@ -96,8 +96,7 @@ def test_sample_size_reads_small_outputs_whole():
 
 def test_both_sides_draw_the_same_indices_from_the_seed():
     a = sample_index(10_000, 12345, 512, torch)
-    captured = {name: getattr(torch, name) for name in SAMPLER_OPS}  # what the worker holds
-    b = sample_index(10_000, 12345, 512, torch, "cpu", captured)
+    b = make_sampler(torch)(10_000, 12345, 512, "cpu")  # what the worker holds
     c = sample_index(10_000, 12346, 512, torch)
     assert a.dtype == torch.int64 and a.shape == (512,) and torch.equal(a, b) and not torch.equal(a, c)
     assert int(a.min()) >= 0 and int(a.max()) < 10_000
@@ -105,6 +104,28 @@ def test_both_sides_draw_the_same_indices_from_the_seed():
     # uniform: each tenth of the output gets about a tenth of 100k draws
     counts = torch.bincount(sample_index(1000, 7, 100_000, torch) // 100, minlength=10)
     assert int(counts.min()) > 9_000 and int(counts.max()) < 11_000
+
+
+def test_the_workers_sampler_is_bound_before_the_candidate_loads(monkeypatch):
+    """Everything the worker's sampler uses is in its closure: rebinding this module's helpers and
+    constants, torch's functions or ``int`` afterwards (a candidate could, through sys.modules)
+    does not change which elements come back, nor reach the seed."""
+    import builtins
+
+    from drkernel.env import spot
+
+    sampler = make_sampler(torch)
+    expected = sampler(1 << 30, 99, 4096)
+    seen = []
+    monkeypatch.setattr(spot, "_int64", lambda c: seen.append(c) or 0)
+    for name in ("_GOLDEN", "_MIX1", "_MIX2"):
+        monkeypatch.setattr(spot, name, 1)
+    for name in SAMPLER_OPS:
+        monkeypatch.setattr(torch, name, lambda *a, **k: seen.append(a) or None)
+    monkeypatch.setattr(builtins, "int", type("Spy", (int,), {}))
+    got = sampler(1 << 30, 99, 4096)
+    monkeypatch.undo()
+    assert torch.equal(got, expected) and not seen
 
 
 @pytest.mark.parametrize("seed", [0, 12345, (1 << 63) - 1, (1 << 64) - 1])
@@ -155,3 +176,33 @@ def test_an_output_finished_after_its_call_returned_is_judged_as_returned(sample
     for seed in (1, 2):
         r = evaluate(TASKS / "relu.py", LATE_FINISH, seed=seed, config=config)
         assert not r.passed and "timed_output_mismatch" in r.hack_reasons, (seed, r.error)
+
+
+def test_a_sampled_comparison_short_of_device_memory_falls_back_to_the_cpu_with_the_same_indices(monkeypatch):
+    """The indices, the scale and the reference's sampled elements need device memory too: a device
+    out of memory anywhere in a sampled comparison gives the CPU's verdict on the same elements."""
+    from drkernel.env import evaluation
+    from drkernel.env.evaluation import Evaluation
+    from drkernel.env.result import EvalResult
+
+    ev = Evaluation.__new__(Evaluation)
+    ev.atol, ev.rtol, ev.result = 1e-4, 1e-4, EvalResult()
+    ref = torch.randn(50_000, generator=torch.Generator().manual_seed(3))
+    plan = (12345, 4096)
+    idx = sample_index(ref.numel(), *plan, torch)
+    good, bad = ref[idx].clone(), ref[idx].clone()
+    bad[7] += 1.0
+    real, calls = evaluation.compare_outputs, []
+
+    def short_once(*a, **k):
+        calls.append(1)
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(*a, **k)
+
+    for got, ok in ((good, True), (bad, False)):
+        calls.clear()
+        monkeypatch.setattr(evaluation, "compare_outputs", short_once)
+        assert ev._compare(got, ref, None, sample=plan).ok is ok and len(calls) == 2
+        monkeypatch.setattr(evaluation, "compare_outputs", real)
+        assert ev._compare(got, ref, None, sample=plan).ok is ok  # and without the shortage
