@@ -165,6 +165,19 @@ def test_workers_run_the_graders_package_whatever_the_callers_directory(method, 
         assert p.start_method == method  # a zygote that failed to start would have fallen back to exec
 
 
+def test_the_worker_environment_keeps_the_working_directory_off_sys_path(tmp_path):
+    """An exec'd worker starts in its work directory, which the candidate can write: with ``python
+    -m``, a module the candidate left there would shadow one the harness imports later."""
+    import subprocess
+    import sys
+
+    from drkernel.env.sandbox import worker_env
+
+    out = subprocess.run([sys.executable, "-m", "site"], env=worker_env("cpu"), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60).stdout
+    assert "sys.path = [" in out and str(tmp_path) not in out, out
+
+
 def test_unknown_start_method_is_named(monkeypatch):
     from drkernel.env.result import EnvironmentFailure
     from drkernel.env.sandbox import start_method_default
