@@ -860,13 +860,18 @@ class Evaluation:
         sensitivity allowed (``sensitivity``, :mod:`drkernel.env.compare`: ill-conditioned
         elements). Any other failure here is the grader's (EnvironmentFailure)."""
         whole = ref
+
+        def sampled(full: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float | None]:
+            """The reference's elements at the sample's indices (on its device), the indices, and
+            the whole reference's scale."""
+            index = sample_index(full.numel(), sample[0], sample[1], torch, full.device)
+            return full.reshape(-1).index_select(0, index), index, reference_rms(full)
+
         try:
             try:
                 index = scale = None
-                if sample is not None:  # (the indices and the scale inside: they need device memory too)
-                    index = sample_index(whole.numel(), sample[0], sample[1], torch, whole.device)
-                    scale = reference_rms(whole)
-                    ref = whole.reshape(-1).index_select(0, index)
+                if sample is not None:  # (inside: the indices and the scale need device memory too)
+                    ref, index, scale = sampled(whole)
                 cmp = compare_outputs(out, ref, self.atol, self.rtol, scale=scale)
                 if cmp.ok or sensitivity is None or cmp.max_abs_err is None or cmp.max_abs_err == float("inf"):
                     return cmp
@@ -884,12 +889,10 @@ class Evaluation:
                 return second if second.ok else cmp
             except torch.OutOfMemoryError:
                 torch.cuda.empty_cache()
-                whole, out = whole.cpu(), out.cpu()
-                if sample is None:
-                    return compare_outputs(out, whole, self.atol, self.rtol)
-                index = sample_index(whole.numel(), sample[0], sample[1], torch, "cpu")
-                return compare_outputs(out, whole.reshape(-1).index_select(0, index), self.atol, self.rtol,
-                                       scale=reference_rms(whole))
+                ref, scale = whole.cpu(), None
+                if sample is not None:
+                    ref, _, scale = sampled(ref)
+                return compare_outputs(out.cpu(), ref, self.atol, self.rtol, scale=scale)
         except Exception as exc:  # noqa: BLE001
             raise EnvironmentFailure(f"comparing outputs failed in the grader: {type(exc).__name__}: {exc}") from exc
 

@@ -23,7 +23,7 @@ Indices are SplitMix64 outputs (a counter-based generator: index ``i`` is a hash
 the same ones whatever their devices, and no index crosses a bus. (Drawn on the CPU with torch's
 Mersenne Twister and copied to the GPU, 2^20 indices took ~7-10 ms per checked call, inside the
 timed section: ~20% of a timing's hold of the GPU on the bundled elementwise tasks.) The worker's
-sampler uses the functions it captured before the candidate loaded.
+sampler is bound before the candidate loads (:func:`make_sampler`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def decode_keep(answer: bytes) -> tuple[int, int]:
 
 
 SAMPLER_OPS = ("arange", "mul", "add", "bitwise_xor", "bitwise_and", "bitwise_right_shift", "remainder")
-"""The torch functions :func:`sample_index` uses (the worker captures them before the candidate loads)."""
+"""The torch functions :func:`sample_index` uses (:func:`make_sampler` binds them)."""
 
 _GOLDEN, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 _MASK64 = (1 << 64) - 1
@@ -74,14 +74,13 @@ def splitmix64(seed: int, i: int) -> int:
     return z ^ (z >> 31)
 
 
-def make_sampler(torch: Any, ops: dict[str, Callable[..., Any]] | None = None) -> Callable[..., Any]:
+def make_sampler(torch: Any) -> Callable[..., Any]:
     """``sample(numel, seed, size, device="cpu")``: :func:`sample_index` with everything it uses
-    bound now, in the closure: the torch functions (``ops``, :data:`SAMPLER_OPS`; default: the
-    module's now), the int64 dtype, the constants and ``int``. The worker makes its sampler before the
-    candidate loads, so no later rebinding of this module's globals, torch's attributes or builtins
-    reaches it (a replaced helper here could have handed the candidate the seed before the copy)."""
-    op = dict(ops or {name: getattr(torch, name) for name in SAMPLER_OPS})
-    arange, mul, add, xor, band, shr, rem = (op[name] for name in SAMPLER_OPS)
+    bound now, in the closure: torch's functions (:data:`SAMPLER_OPS`), the int64 dtype, the
+    constants and ``int``. The worker makes its sampler before the candidate loads, so no later
+    rebinding of this module's globals, torch's attributes or builtins reaches it (a replaced helper
+    here could have handed the candidate the seed before the copy)."""
+    arange, mul, add, xor, band, shr, rem = (getattr(torch, name) for name in SAMPLER_OPS)
     int64, to_int = torch.int64, int
     golden, mix1, mix2 = _int64(_GOLDEN), _int64(_MIX1), _int64(_MIX2)
     low63 = (1 << 63) - 1
@@ -99,14 +98,13 @@ def make_sampler(torch: Any, ops: dict[str, Callable[..., Any]] | None = None) -
     return sample
 
 
-def sample_index(numel: int, seed: int, size: int, torch: Any, device: Any = "cpu",
-                 ops: dict[str, Callable[..., Any]] | None = None) -> Any:
+def sample_index(numel: int, seed: int, size: int, torch: Any, device: Any = "cpu") -> Any:
     """The ``size`` flat indices (int64 tensor on ``device``, uniform with replacement) read back of
     an output of ``numel`` elements, or None for the whole output (``size`` 0): index ``i`` is
     ``splitmix64(seed, i) mod 2^63 mod numel`` (the modulo's bias is below ``numel / 2^63``). The
     same on every device: int64 arithmetic wraps mod 2^64 and shifts are made logical by a mask.
     The worker uses :func:`make_sampler`, bound before the candidate loads."""
-    return make_sampler(torch, ops)(numel, seed, size, device)
+    return make_sampler(torch)(numel, seed, size, device)
 
 
 __all__ = ["ANSWER_BYTES", "SAMPLER_OPS", "sample_size", "encode_keep", "decode_keep", "make_sampler", "sample_index",

@@ -120,7 +120,6 @@ class SpotChannel:
         # everything the answers and the sampling use, bound now: a module the candidate puts in
         # sys.modules later, or a torch attribute it replaces, is not reached
         self._answer_bytes, self._decode = ANSWER_BYTES, decode_keep
-        self._torch = torch
         self._sample_index = make_sampler(torch)
         self._select, self._reshape = torch.Tensor.index_select, torch.Tensor.reshape
         self._clone, self._sync = torch.Tensor.clone, torch.cuda.synchronize

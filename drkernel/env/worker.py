@@ -161,13 +161,8 @@ class Harness:
 
         A warm-up only: if it fails (the device short of memory, say), the first checked call pays
         the load instead; nothing is charged to the candidate, whose file is named by then."""
-        torch = self.torch
-        from drkernel.env.spot import sample_index
-
-        try:
-            x = torch.empty(1 << 12, dtype=torch.float32, device="cuda")
-            x.reshape(-1).index_select(0, sample_index(x.numel(), 0, 1 << 10, torch, "cuda")).clone()
-            torch.cuda.synchronize()
+        try:  # the spot channel's own snapshot: a sample of 2^10 of 2^12 elements (float32)
+            self.spot.snapshot(self.torch.empty(1 << 12, dtype=self.torch.float32, device="cuda"), (0, 1 << 10))
         except Exception:  # noqa: BLE001 - see above
             pass
 

@@ -46,7 +46,9 @@ def contexts_until(stop_at: float) -> None:
         p.wait()
 
 
-def measure(n: int = 300) -> str:
+def matmul_times(n: int, sleep_s: float = 0.002) -> list[float]:
+    """``n`` times (ms, CUDA events) of a 4096^3 fp32 matmul (TF32 off), each call waited for, with
+    ``sleep_s`` of idle host time between calls (sm_clock_under_load.py uses it too)."""
     torch.backends.cuda.matmul.allow_tf32 = False
     a, b = torch.randn(4096, 4096, device="cuda"), torch.randn(4096, 4096, device="cuda")
     for _ in range(10):
@@ -60,8 +62,13 @@ def measure(n: int = 300) -> str:
         e.record()
         e.synchronize()
         ts.append(s.elapsed_time(e))
-        time.sleep(0.002)
-    ts.sort()
+        if sleep_s:
+            time.sleep(sleep_s)
+    return ts
+
+
+def measure(n: int = 300) -> str:
+    ts = sorted(matmul_times(n))
 
     def q(f: float) -> float:
         return ts[int(f * (len(ts) - 1))]

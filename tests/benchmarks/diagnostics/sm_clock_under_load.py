@@ -18,7 +18,8 @@ import threading
 import time
 
 import pynvml
-import torch
+
+from cross_process_interference import matmul_times  # (this directory: run as a script)
 
 
 def main() -> None:
@@ -34,23 +35,10 @@ def main() -> None:
                             pynvml.nvmlDeviceGetPowerUsage(handle) / 1000, pynvml.nvmlDeviceGetTemperature(handle, 0)))
             time.sleep(0.001)
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    a, b = torch.randn(4096, 4096, device="cuda"), torch.randn(4096, 4096, device="cuda")
-    for _ in range(5):
-        torch.mm(a, b)
-    torch.cuda.synchronize()
     threading.Thread(target=poll, daemon=True).start()
     for sleep_s, n in ((0.002, 300), (0.0, 600), (0.002, 300)):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        ts, t0 = [], time.perf_counter()
-        for _ in range(n):
-            s.record()
-            torch.mm(a, b)
-            e.record()
-            e.synchronize()
-            ts.append(s.elapsed_time(e))
-            if sleep_s:
-                time.sleep(sleep_s)
+        t0 = time.perf_counter()
+        ts = matmul_times(n, sleep_s)
         t1 = time.perf_counter()
         win = [x for x in samples if t0 <= x[0] <= t1]
         clocks = sorted(x[1] for x in win)
