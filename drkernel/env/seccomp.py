@@ -13,8 +13,10 @@ calls them. So do ``socket`` and ``io_uring_setup``: Landlock does not govern ``
 pathname UNIX socket, so a new UNIX socket could reach a service listening on one (a D-Bus or
 systemd user manager, which can start processes outside the group), nor UDP, nor TCP below its
 ABI 4; a process confined here talks to the grader over the socket pair it inherited and never
-needs a new socket (``socketpair`` stays allowed: it reaches nobody), and io_uring could open
-sockets past the filter.
+needs a new socket, and io_uring could open sockets past the filter. ``socketpair`` stays allowed
+for the connected kinds only (stream, seqpacket: the pair reaches nobody else): one end of a
+datagram pair can ``sendto`` any pathname datagram socket (journald's ``/dev/log``, a systemd
+notify socket), and Landlock does not govern that either.
 Filters are inherited by every child, survive ``exec`` and cannot be removed, so the process and all
 its descendants stay in the group it is in now. System calls of another ABI than the process's own
 (x86's 32-bit ``int 0x80``, x32) are refused the same way: they are a second path to the same
@@ -29,7 +31,9 @@ The filter, as classic BPF over ``struct seccomp_data {int nr; u32 arch; u64 ip;
     ld  nr              ; jge 0x40000000 -> deny       (x86-64 only: the x32 ABI's numbers)
     jeq __NR_setsid -> deny ; jeq __NR_setpgid -> deny
     jeq __NR_socket -> deny ; jeq __NR_io_uring_setup -> deny
-    ret ALLOW
+    jne __NR_socketpair -> allow
+    ld  args[1] (low word) ; and 0xf ; jeq SOCK_STREAM -> allow ; jeq SOCK_SEQPACKET -> allow ; -> deny
+    allow: ret ALLOW
     deny: ret ERRNO(EPERM)
 """
 
@@ -43,13 +47,15 @@ import struct
 from typing import Any
 
 # machine -> (AUDIT_ARCH_*, __NR_seccomp, __NR_setsid, __NR_setpgid, x32 bit or 0, __NR_socket,
-#             __NR_io_uring_setup)
+#             __NR_io_uring_setup, __NR_socketpair)
 _ABIS = {
-    "x86_64": (0xC000003E, 317, 112, 109, 0x40000000, 41, 425),
-    "aarch64": (0xC00000B7, 277, 157, 154, 0, 198, 425),
+    "x86_64": (0xC000003E, 317, 112, 109, 0x40000000, 41, 425, 53),
+    "aarch64": (0xC00000B7, 277, 157, 154, 0, 198, 425, 199),
 }
+_SOCK_STREAM, _SOCK_SEQPACKET, _SOCK_TYPE_MASK = 1, 5, 0xF
+_ARG1_LOW = 16 + 8 * 1  # offsetof(seccomp_data, args[1]), its low 32 bits (both ABIs are little-endian)
 
-_LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
+_LD_W_ABS, _JEQ_K, _JGE_K, _RET_K, _ALU_AND_K = 0x20, 0x15, 0x35, 0x06, 0x54
 _RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
 _SET_MODE_FILTER, _FLAG_TSYNC = 1, 1
 _PR_SET_NO_NEW_PRIVS = 38
@@ -57,15 +63,20 @@ _PR_SET_NO_NEW_PRIVS = 38
 
 def program(machine: str | None = None) -> list[tuple[int, int, int, int]]:
     """The filter's instructions ``(code, jt, jf, k)`` for ``machine`` (default: this one)."""
-    arch, _, setsid, setpgid, x32, socket, io_uring_setup = _ABIS[machine or platform.machine()]
+    arch, _, setsid, setpgid, x32, socket, io_uring_setup, socketpair = _ABIS[machine or platform.machine()]
     body: list[tuple[int, Any, Any, int]] = [(_LD_W_ABS, 0, 0, 4), (_JEQ_K, 0, "deny", arch), (_LD_W_ABS, 0, 0, 0)]
     if x32:
         body.append((_JGE_K, "deny", 0, x32))
     body += [(_JEQ_K, "deny", 0, call) for call in (setsid, setpgid, socket, io_uring_setup)]
+    body += [(_JEQ_K, 0, "allow", socketpair),  # a pair: only the connected kinds (a datagram end can
+             (_LD_W_ABS, 0, 0, _ARG1_LOW),       # still send to any pathname socket)
+             (_ALU_AND_K, 0, 0, _SOCK_TYPE_MASK),
+             (_JEQ_K, "allow", 0, _SOCK_STREAM),
+             (_JEQ_K, "allow", "deny", _SOCK_SEQPACKET)]
     body += [(_RET_K, 0, 0, _RET_ALLOW), (_RET_K, 0, 0, _RET_ERRNO | errno.EPERM)]
-    deny = len(body) - 1
-    # a jump's offsets count the instructions skipped after the jump itself
-    return [(code, deny - i - 1 if jt == "deny" else jt, deny - i - 1 if jf == "deny" else jf, k)
+    labels = {"allow": len(body) - 2, "deny": len(body) - 1}
+    # a jump's offsets count the instructions skipped after the jump itself (forward only)
+    return [(code, labels[jt] - i - 1 if jt in labels else jt, labels[jf] - i - 1 if jf in labels else jf, k)
             for i, (code, jt, jf, k) in enumerate(body)]
 
 

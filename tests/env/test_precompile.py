@@ -330,13 +330,18 @@ def test_a_worker_started_by_exec_has_no_compiler():
 
 def test_the_seccomp_filter_refuses_leaving_the_group_and_new_sockets_in_every_thread_and_child(tmp_path):
     """Native code is not audited: setsid/setpgid would leave the grader's group, and a new UNIX
-    socket could reach a service listening on a path (Landlock does not govern that connect)."""
+    socket could reach a service listening on a path (Landlock does not govern that connect), as
+    could one end of a datagram socket pair (sendto a path); connected pairs reach nobody."""
     import socket
 
     listening = socket.socket(socket.AF_UNIX)
     listening.bind(str(tmp_path / "service.sock"))
     listening.listen(1)
-    script = f"LISTENING = {str(tmp_path / 'service.sock')!r}\n" + '''
+    datagrams = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)  # as journald's /dev/log
+    datagrams.bind(str(tmp_path / "log.sock"))
+    datagrams.setblocking(False)
+    script = (f"LISTENING = {str(tmp_path / 'service.sock')!r}\nDATAGRAMS = {str(tmp_path / 'log.sock')!r}\n"
+              + '''
 import os, subprocess, sys, threading, time
 from drkernel.env.seccomp import fix_process_group
 alive = threading.Event()
@@ -351,7 +356,10 @@ import socket
 for name, call in (("setsid", os.setsid), ("setpgid", lambda: os.setpgid(0, 0)),
                    ("unix", lambda: socket.socket(socket.AF_UNIX).connect(LISTENING)),
                    ("udp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM)),
-                   ("pair", lambda: socket.socketpair())):
+                   ("pair", lambda: socket.socketpair()),
+                   ("seqpacket_pair", lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)),
+                   ("datagram_pair", lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)[0]
+                    .sendto(b"READY=1", DATAGRAMS))):
     try:
         call(); out[name] = "allowed"
     except PermissionError:
@@ -368,15 +376,22 @@ out["thread"] = open(f"/proc/self/task/{t.native_id}/status").read().split("Secc
 out["pgid"] = os.getpgid(0) == os.getpgid(os.getpid())
 alive.set()
 print(out)
-'''
+''')
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     try:
         out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+        try:
+            got = datagrams.recv(64)
+        except BlockingIOError:
+            got = None
     finally:
         listening.close()
+        datagrams.close()
+    assert got is None, "a datagram from the confined process reached a socket outside it"
     assert out.returncode == 0, out.stderr[-2000:]
     result = eval(out.stdout.strip())  # noqa: S307 - our own script's dict
     if "unavailable" in result:
         pytest.skip(f"no seccomp filter here: {result['unavailable']}")
     assert result == {"setsid": "refused", "setpgid": "refused", "unix": "refused", "udp": "refused",
-                      "pair": "allowed", "child": 0, "exec": 1, "thread": "2", "pgid": True}
+                      "pair": "allowed", "seqpacket_pair": "allowed", "datagram_pair": "refused",
+                      "child": 0, "exec": 1, "thread": "2", "pgid": True}
