@@ -458,6 +458,20 @@ class Evaluation:
         cand.write_text(self.source, encoding="utf-8")
         return cand
 
+    def _hold_verdict(self) -> dict[str, Any] | None:
+        """The launch budget's hold probed once per device by this process, in the GPU gate's
+        exclusive section (no other evaluation's kernel time-slices the probe); the first evaluation
+        on a device pays it (a few ms). See :func:`drkernel.env.budget.device_verdict`."""
+        if not self.cuda or self.config.launch_budget_ms <= 0:
+            return None
+        from drkernel.env import budget
+
+        if self.device in budget._VERDICTS:
+            return budget._VERDICTS[self.device]
+        with self._gate("exclusive"):  # exclusive holders are one at a time: one probe at a time
+            torch.cuda.synchronize(self.device)
+            return budget.device_verdict(torch, self.device)
+
     def _load(self) -> None:
         cand = self.proc.workdir / "candidate.py"
         task = self.prepared.task
@@ -471,7 +485,8 @@ class Evaluation:
             device="cuda" if self.cuda else "cpu", task_size=self.prepared.task_size,
             entry_point=task.entry_point, init_seed=self.plan.init_seed, kernel_suffix=self.plan.kernel_suffix,
             parameter_shapes=params, buffer_shapes=buffers, launch_budget_ms=self.config.launch_budget_ms,
-            stage_bytes=stage_bytes), self.config.load_timeout_s, "load_compile")
+            stage_bytes=stage_bytes, launch_budget_verdict=self._hold_verdict()), self.config.load_timeout_s,
+            "load_compile")
         self.result.compiled = True
         self._worker_parts("load", reply.body.phases_s)
         self.completed.add(Stage.COMPILE)

@@ -43,7 +43,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 
 
 class ProtocolError(ValueError):
@@ -72,6 +72,11 @@ class LoadRequest:
     launch_budget_ms: float = 1.0
     stage_bytes: int = 0
     """Bytes of the output stage the grader reserved for this candidate's outputs (0: files only)."""
+    launch_budget_verdict: dict[str, Any] | None = None
+    """The grader's probe of the launch budget's hold on this device, made while it held the GPU
+    exclusively (:func:`drkernel.env.budget.device_verdict`): ``verified``, ``blocks``,
+    ``regs_per_thread``, ``probe_gap_ms``, ``reason``. A worker whose hold has the same shape takes
+    it instead of probing beside other evaluations' kernels; None: the worker probes."""
 
 
 @dataclass(frozen=True)

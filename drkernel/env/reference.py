@@ -43,7 +43,8 @@ class ReferenceTiming:
     def describe(self) -> dict[str, Any]:
         s = sorted(self.times_ms)
         return {"median_ms": self.median_ms, "min_ms": s[0], "max_ms": s[-1], "n": len(s),
-                "measured_at": self.measured_at, "measure_seconds": round(self.seconds, 3), "top": self.top}
+                "measured_at": self.measured_at, "measure_seconds": round(self.seconds, 3), "top": self.top,
+                "sm_clock_mhz": (self.launch_budget or {}).get("sm_clock_mhz")}
 
 
 def timing_key(prepared: PreparedTask, config: EvalConfig) -> tuple:

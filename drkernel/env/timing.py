@@ -239,6 +239,8 @@ def run_calls(h: TimingHarness, req: TimeRequest) -> TimeReply:
     calls_without_launch = 0
     perf = time.perf_counter
     phases = dict.fromkeys(WORKER_PHASES, 0.0)
+    if budget is not None:
+        budget.reset_clock()
     t_begin = perf()
     for i in range(n):
         t0 = perf()
@@ -299,7 +301,13 @@ def _budget_report(budget: LaunchBudget | None, ms: float, budget_error: str | N
     if budget is None:
         return {"requested_ms": ms, "ms": 0.0, "verified": False,
                 "reason": budget_error or "no launch budget in this worker"}
-    return budget.describe(ms)
+    out = budget.describe(ms)
+    if budget.verified and ms > 0:
+        try:
+            out["sm_clock_mhz"] = budget.clock_mhz()
+        except Exception:  # noqa: BLE001 - a diagnostic: its failure changes nothing
+            out["sm_clock_mhz"] = None
+    return out
 
 
 __all__ = ["WORKER_PHASES", "run_calls", "TimingHarness", "summarize", "persisting_l2_resetter", "SpotChannel", "FLUSH_MIN_BYTES"]

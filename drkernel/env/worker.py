@@ -353,14 +353,17 @@ class Harness:
         """The launch budget for every call (verified at load, see :meth:`_verify_budget`)."""
         return self.timing_hold
 
-    def _verify_budget(self) -> None:
-        """Probe the hold once, at load: the load request runs in the GPU gate's shared section, so
-        no timing runs on this GPU meanwhile, and before the profiler starts, so the probe's
-        side-stream kernel is not in the device records."""
+    def _verify_budget(self, verdict: dict[str, Any] | None = None) -> None:
+        """At load, before the candidate's module: adopt the grader's probe of a hold of this shape
+        (made while it held the GPU exclusively, :func:`drkernel.env.budget.device_verdict`), else
+        probe here, before the profiler starts, so the probe's side-stream kernel is not in the
+        device records. The load runs in the GPU gate's shared section: no timing meanwhile, but
+        other evaluations' kernels may time-slice the probe."""
         if self.budget is None or self._budget_ms <= 0:
             return
         try:
-            if self.budget.verify(self.torch):
+            self.budget.adopt(verdict)
+            if self.budget.verify(self.torch):  # probes only when nothing was adopted
                 self.timing_hold = (self.budget.hold, self._budget_ms)
         except Exception as exc:  # noqa: BLE001 - a probe that fails turns the hold off, with the reason
             self.budget.verified, self.budget.reason = False, f"probe failed: {type(exc).__name__}: {exc}"[:300]
@@ -457,7 +460,7 @@ class Harness:
         if self.device == "cuda":
             from torch.profiler import ProfilerActivity, profile
 
-            self._verify_budget()
+            self._verify_budget(getattr(req, "launch_budget_verdict", None))
             self.profiler = profile(activities=[ProfilerActivity.CUDA])
             self.profiler.start()
 

@@ -296,6 +296,8 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
             times: dict[str, list[float]] = {j[0]: [] for j in jobs}
             stages: dict[str, float] = {}
             clocks: dict[str, list] = {}
+            held: dict[str, list] = {}  # per evaluation: the SM clock measured by the holds (budget.py)
+            unheld: list[dict] = []
             phases: dict[str, float] = {}
             parts: dict[str, dict[str, float]] = {}  # worker's load / run / first-run parts
             gate: dict[str, float] = {}
@@ -336,6 +338,11 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
                         top = r.details.get("profile", {}).get("top") or []
                         kernels.setdefault(tid, []).append({t["name"][:60]: round(t["us"], 2) for t in top[:4]})
                         clocks.setdefault(tid, []).append(r.details.get("timing", {}).get("sm_clock"))
+                        lb = r.details.get("timing", {}).get("launch_budget") or {}
+                        held.setdefault(tid, []).append(lb.get("sm_clock_mhz"))
+                        if not lb.get("verified", True):  # timed without the hold: the reason and the probe
+                            unheld.append({"task": tid, "reason": lb.get("reason"), "probe_gap_ms": lb.get("probe_gap_ms"),
+                                           "regs_per_thread": lb.get("regs_per_thread")})
             secs = time.monotonic() - t0
             occ1 = _occupancy(g.devices[0])
             emptied = {k: EMPTY_CACHE[k] - emptied0[k] for k in EMPTY_CACHE}
@@ -356,11 +363,11 @@ def capacity_sweep(jobs: list, config, capacities: list[int], rounds: int, show,
                               "reasons": sorted({str(p.get("reason")) for p in precompiled if p.get("reason")})[:5],
                               "own_phases_mean_s": _mean_phases(precompiled)},
                "gate_occupancy": _occupancy_share(occ0, occ1), "empty_cache": emptied,
-               "sm_clock": clocks, "spares": pool_spares, "worker_starts": len(starts), "worker_start_mean_s": start_mean}
+               "sm_clock": clocks, "hold_clock_mhz": held, "timed_without_hold": unheld, "spares": pool_spares, "worker_starts": len(starts), "worker_start_mean_s": start_mean}
         rows.append(row)
         print(f"capacity {cap}: {row['evals_per_min']:.1f} evaluations/min, {passed}/{row['evals']} passed, "
               f"spread median {100 * (row['spread_median'] or 0):.2f}% max {100 * (row['spread_max'] or 0):.2f}% "
-              f"({row['spread_worst_task']})", flush=True)
+              f"({row['spread_worst_task']}), {len(unheld)} timed without the launch budget's hold", flush=True)
         print("  mean s per evaluation: " + " ".join(f"{k}={v:.3f}" for k, v in sorted(stages.items(), key=lambda kv: -kv[1])))
         print("  worker's timing request: " + " ".join(f"{k}={v:.3f}" for k, v in phases.items()), flush=True)
         for req, d in parts.items():
