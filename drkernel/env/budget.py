@@ -41,6 +41,8 @@ Importing this module imports Triton; the worker imports it on CUDA only.
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -284,21 +286,55 @@ def _probe(torch: Any, start: Any, blocks: int) -> float:
 
 
 _VERDICTS: dict[str, dict[str, Any]] = {}
+_REFUSED: dict[str, tuple[float, dict[str, Any]]] = {}
+_PREPARED: dict[str, LaunchBudget] = {}
+_VERDICT_LOCK = threading.Lock()
+REFUSAL_TTL_S = 30.0
+"""How long a probed refusal stands before the next evaluation's load probes again (a refusal by
+:meth:`LaunchBudget.prepare`'s own arithmetic, which no probe can change, stands for good)."""
 DEVICE_PROBES = 5
 """Probes (each the least gap of three) the grader makes before it reports a hold as not filling the
 device. Even in the exclusive section a spare worker starting up launches a few kernels outside the
 gate, and one such time-slice made the grader's single probe fail: every evaluation of that grader
 then timed without the hold (one A/B arm on an H100, 2026-11-27). A hold that fills the GPU passes
 any probe nothing interrupts; one that does not fails every such probe, so a pass is kept for the
-grader's life and a refusal is not cached (the next evaluation's load probes again). The residual
+grader's life and a refusal for :data:`REFUSAL_TTL_S` (then a load probes again). The residual
 risk: a leaky hold passing because a time-slice held the probe back past the hold's end; the
 timing's side-stream check still sees side-stream work by the host's clock."""
 
 
+def prepare_device(torch: Any, device: str) -> LaunchBudget | None:
+    """The grader's hold for ``device``, compiled and sized once (Triton's compiler and one launch of
+    a few microseconds: call it in the GPU gate's shared section, not the exclusive one); None when
+    it cannot be built."""
+    with _VERDICT_LOCK:
+        if device not in _PREPARED:
+            try:
+                with torch.cuda.device(device):
+                    _PREPARED[device] = LaunchBudget.prepare(torch, device)
+            except Exception:  # noqa: BLE001 - no hold here: workers probe for themselves
+                return None
+            if _PREPARED[device].verified is False:  # its own arithmetic refused it: no probe changes that
+                _REFUSED[device] = (float("inf"), _PREPARED[device].verdict())
+        return _PREPARED[device]
+
+
+def known_verdict(device: str) -> tuple[bool, dict[str, Any] | None]:
+    """``(True, verdict)`` when :func:`device_verdict` need not probe: a pass (kept for the process's
+    life), a refusal younger than :data:`REFUSAL_TTL_S` or one from the hold's own arithmetic."""
+    if device in _VERDICTS:
+        return True, _VERDICTS[device]
+    refused = _REFUSED.get(device)
+    if refused is not None and (refused[0] == float("inf") or time.monotonic() < refused[0]):
+        return True, refused[1]
+    return False, None
+
+
 def device_verdict(torch: Any, device: str) -> dict[str, Any] | None:
-    """The hold probed once per device in this process (the grader's, which calls it while it holds
-    the GPU exclusively: no other process's kernel time-slices the probe), as :meth:`LaunchBudget.verdict`;
-    None when it could not be probed (workers then probe themselves).
+    """The hold of :func:`prepare_device` probed in this process (the grader's, which calls it while
+    it holds the GPU exclusively: no other process's kernel time-slices the probe), as
+    :meth:`LaunchBudget.verdict`: up to :data:`DEVICE_PROBES` probes, a pass kept for good, a refusal
+    for :data:`REFUSAL_TTL_S`; None when it could not be probed (workers then probe themselves).
 
     Why not each worker at load: the load runs in the GPU gate's shared section, beside other
     evaluations' kernels. When another context's work time-slices the GPU, a kernel on a second stream
@@ -308,19 +344,29 @@ def device_verdict(torch: Any, device: str) -> dict[str, Any] | None:
     host's launch gap between its kernels counted). Whether the hold fills the GPU depends on the
     device and the compiled hold, not on the process: workers whose hold has the same grid and
     register count adopt this answer (:meth:`LaunchBudget.adopt`)."""
-    if device in _VERDICTS:
-        return _VERDICTS[device]
-    try:
-        with torch.cuda.device(device):
-            budget = LaunchBudget.prepare(torch, device)
-            for _ in range(DEVICE_PROBES if budget.verified is None else 0):
-                budget.verified, budget.reason = None, None
-                budget.verify(torch)
-                if budget.verified:
-                    break
-            verdict = budget.verdict()
-    except Exception:  # noqa: BLE001 - no verdict: each worker probes for itself
-        verdict = None
-    if verdict is not None and verdict["verified"]:
-        _VERDICTS[device] = verdict  # kept: a positive answer is a property of the device and the hold
-    return verdict  # a refusal is asked again by the next evaluation (see DEVICE_PROBES)
+    known, verdict = known_verdict(device)
+    if known:
+        return verdict
+    budget = prepare_device(torch, device)
+    if budget is None:
+        return None
+    with _VERDICT_LOCK:  # one probe at a time in this process (the grader's gate orders evaluations)
+        known, verdict = known_verdict(device)
+        if known:
+            return verdict
+        try:
+            with torch.cuda.device(device):
+                for _ in range(DEVICE_PROBES):
+                    budget.verified, budget.reason = None, None
+                    budget.verify(torch)
+                    if budget.verified:
+                        break
+        except Exception:  # noqa: BLE001 - no verdict: each worker probes for itself
+            budget.verified = None
+            return None
+        verdict = budget.verdict()
+        if verdict["verified"]:
+            _VERDICTS[device] = verdict  # kept: a pass is a property of the device and the hold
+        else:
+            _REFUSED[device] = (time.monotonic() + REFUSAL_TTL_S, verdict)
+        return verdict

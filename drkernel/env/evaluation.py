@@ -327,6 +327,7 @@ class Evaluation:
         self._windows: list[CallWindow] | None = None
         self._ref_cost = 0.0
         self._clock_samples: list[dict[str, Any] | None] = []  # SM clock when the timing opened and ended
+        self._budget_verdict: dict[str, Any] | None = None  # the hold's probe on this device (_hold_verdict)
         self._gate_holds: list[tuple[str, float]] = []  # (side, seconds held), outermost entries only
         self._gate_depth = 0
         self._aside_s = 0.0  # seconds stepped aside for waiting timings (DeviceGate.step_aside)
@@ -459,16 +460,21 @@ class Evaluation:
         return cand
 
     def _hold_verdict(self) -> dict[str, Any] | None:
-        """The launch budget's hold probed once per device by this process, in the GPU gate's
-        exclusive section (no other evaluation's kernel time-slices the probe); the first evaluation
-        on a device pays it (a few ms). See :func:`drkernel.env.budget.device_verdict`."""
+        """The launch budget's hold probed by this process in the GPU gate's exclusive section (no
+        other evaluation's kernel time-slices the probe), once per device while it passes; compiled
+        and sized before, in the shared section (Triton's compiler must not hold the GPU alone).
+        Called outside any gate section. See :func:`drkernel.env.budget.device_verdict`."""
         if not self.cuda or self.config.launch_budget_ms <= 0:
             return None
         from drkernel.env import budget
 
-        if self.device in budget._VERDICTS:
-            return budget._VERDICTS[self.device]
-        with self._gate("exclusive"):  # exclusive holders are one at a time: one probe at a time
+        known, verdict = budget.known_verdict(self.device)
+        if known:
+            return verdict
+        with self._shared():
+            if budget.prepare_device(torch, self.device) is None:
+                return None
+        with self._gate("exclusive"):
             torch.cuda.synchronize(self.device)
             return budget.device_verdict(torch, self.device)
 
@@ -480,12 +486,13 @@ class Evaluation:
         if self._stage() is not None:
             with self.clock.part("stage_map"):
                 stage_bytes = self._stage().reserve(self._stage_bytes(), cuda=self.cuda)
+        self._budget_verdict = self._hold_verdict()  # before the load's own gate section
         reply = self._request(LoadRequest(
             role="candidate", task_source=task.source, task_name=task.name, candidate_file=str(cand),
             device="cuda" if self.cuda else "cpu", task_size=self.prepared.task_size,
             entry_point=task.entry_point, init_seed=self.plan.init_seed, kernel_suffix=self.plan.kernel_suffix,
             parameter_shapes=params, buffer_shapes=buffers, launch_budget_ms=self.config.launch_budget_ms,
-            stage_bytes=stage_bytes, launch_budget_verdict=self._hold_verdict()), self.config.load_timeout_s,
+            stage_bytes=stage_bytes, launch_budget_verdict=self._budget_verdict), self.config.load_timeout_s,
             "load_compile")
         self.result.compiled = True
         self._worker_parts("load", reply.body.phases_s)
@@ -605,7 +612,7 @@ class Evaluation:
         if proc is None:
             proc = self._acquire_fn(self.device, max(120.0, self.config.load_timeout_s))
         with self.clock.part("reference_timing"):
-            ref = reference_timing.measure(self.prepared, self.config, proc)
+            ref = reference_timing.measure(self.prepared, self.config, proc, hold_verdict=self._budget_verdict)
         self._deadline += ref.seconds  # the reference's time is the grader's, not the candidate's
         reference_timing.store(self.prepared, self.config, ref)
         self.result.details["reference_cached"] = False

@@ -44,7 +44,8 @@ class ReferenceTiming:
         s = sorted(self.times_ms)
         return {"median_ms": self.median_ms, "min_ms": s[0], "max_ms": s[-1], "n": len(s),
                 "measured_at": self.measured_at, "measure_seconds": round(self.seconds, 3), "top": self.top,
-                "sm_clock_mhz": (self.launch_budget or {}).get("sm_clock_mhz")}
+                "sm_clock_mhz": (self.launch_budget or {}).get("sm_clock_mhz"),
+                "hold": {k: (self.launch_budget or {}).get(k) for k in ("verified", "verified_by", "ms")}}
 
 
 def timing_key(prepared: PreparedTask, config: EvalConfig) -> tuple:
@@ -72,10 +73,14 @@ def calls_plan(seed: int, config: EvalConfig, negatable: bool, stream: str) -> t
             trial_seeds(seed, n, f"{stream}-params"))
 
 
-def measure(prepared: PreparedTask, config: EvalConfig, proc: Any) -> ReferenceTiming:
+def measure(prepared: PreparedTask, config: EvalConfig, proc: Any,
+            hold_verdict: dict[str, Any] | None = None) -> ReferenceTiming:
     """Time the reference in ``proc``, a fresh worker, and close it (raises EnvironmentFailure when
     that fails: the reference is trusted, so its failure is never a candidate's verdict). Call
-    inside the GPU's exclusive section."""
+    inside the GPU's exclusive section. ``hold_verdict``: the grader's probe of the launch budget's
+    hold (:func:`drkernel.env.budget.device_verdict`), which the worker adopts like a candidate's:
+    reference and candidate are timed with the same answer (a reference probing for itself, beside
+    a spare starting up, could time without the hold while candidates time with it)."""
     t0 = time.monotonic()
     seed = int.from_bytes(__import__("os").urandom(8), "little") >> 1
     init_seed = trial_seeds(seed, 1, "reference-init")[0]
@@ -88,7 +93,7 @@ def measure(prepared: PreparedTask, config: EvalConfig, proc: Any) -> ReferenceT
             role="reference", task_source=task.source, task_name=task.name,
             device="cuda" if prepared.device.startswith("cuda") else "cpu", task_size=prepared.task_size,
             entry_point=task.entry_point, init_seed=init_seed, reference_backend=config.reference_backend,
-            launch_budget_ms=config.launch_budget_ms), config.load_timeout_s)
+            launch_budget_ms=config.launch_budget_ms, launch_budget_verdict=hold_verdict), config.load_timeout_s)
         if not reply.ok:
             raise EnvironmentFailure(f"the reference of {task.name} could not be loaded for timing: "
                                      f"{reply.body.error}")

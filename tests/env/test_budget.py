@@ -4,10 +4,16 @@ The hold itself only runs on CUDA (tests/gpu/test_gpu_grader.py runs it on an H1
 sizing arithmetic, its Triton source (compiled to PTX for sm_90 without a GPU) and the decision
 taken from the probe are checked on CPU."""
 
+import json
 import os
+import re
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 from types import SimpleNamespace
+
+import triton
 
 from drkernel.env import budget as B
 from drkernel.env.budget import THREADS_PER_BLOCK, LaunchBudget, blocks_to_fill, fit_problem
@@ -25,27 +31,39 @@ def test_the_hold_is_sized_to_take_every_thread_slot_and_refuses_a_shape_that_ca
 
 
 def test_the_hold_kernel_compiles_for_a_hopper_gpu_without_one():
-    """The hold only runs on CUDA; its Triton source is compiled here (to PTX for sm_90, no GPU needed)
-    so a kernel that does not parse never reaches a GPU machine."""
+    """The hold only runs on CUDA; its Triton source is compiled here (PTX and, with Triton's own
+    ptxas, a cubin for sm_90, no GPU needed) so a kernel that does not parse never reaches a GPU
+    machine, and one that needs more than 32 registers a thread (then two 1024-thread blocks no longer
+    fit an SM and the hold leaves room beside it) fails here."""
     code = (
-        "import triton\n"
+        "import json, triton\n"
         "from triton.backends.compiler import GPUTarget\n"
         "from triton.compiler import ASTSource\n"
         "from drkernel.env import budget as b\n"
         "src = ASTSource(fn=b._hold_kernel, signature={'start_ptr': '*i64', 'ns': 'i64'}, constexprs={})\n"
         "k = triton.compile(src, target=GPUTarget('cuda', 90, 32), options={'num_warps': b.THREADS_PER_BLOCK // 32})\n"
-        "print(k.asm['ptx'])\n"
         "p = triton.compile(ASTSource(fn=b._stamp_kernel, signature={'out_ptr': '*i64'}, constexprs={}),\n"
         "                   target=GPUTarget('cuda', 90, 32))\n"
-        "print(p.asm['ptx'])\n"
+        "print(json.dumps({'hold': k.asm['ptx'], 'stamp': p.asm['ptx']}))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    ptx = out.stdout
-    assert "%globaltimer" in ptx and "atom.global" in ptx and "cas.b64" in ptx
-    assert "%clock64" in ptx and "add.u64" in ptx  # the clock's running sums
-    assert ".reqntid 1024" in ptx  # one block = 1024 threads: two fill an SM's thread slots
+    ptx = json.loads(out.stdout.strip().splitlines()[-1])
+    hold = ptx["hold"]
+    assert "%globaltimer" in hold and "atom.global" in hold and "cas.b64" in hold
+    assert "%clock64" in hold and "add.u64" in hold  # the clock's running sums
+    assert ".reqntid 1024" in hold  # one block = 1024 threads: two fill an SM's thread slots
+    assert "%globaltimer" in ptx["stamp"]
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    if ptxas.exists():
+        with tempfile.TemporaryDirectory() as d:
+            (Path(d) / "hold.ptx").write_text(hold)
+            res = subprocess.run([str(ptxas), "-v", "--gpu-name", "sm_90a", str(Path(d) / "hold.ptx"), "-o",
+                                  str(Path(d) / "hold.cubin")], capture_output=True, text=True, timeout=120)
+        regs = re.search(r"Used (\d+) registers", res.stderr + res.stdout)
+        assert res.returncode == 0 and regs, res.stderr[-1000:]
+        assert int(regs.group(1)) <= 32, f"the hold uses {regs.group(1)} registers a thread"
 
 
 
@@ -115,7 +133,10 @@ def test_a_worker_adopts_the_graders_verdict_only_for_a_hold_of_the_same_shape(m
 
 def test_the_device_verdict_keeps_a_pass_retries_a_refusal_and_is_none_when_it_cannot_probe(monkeypatch):
     """A pass is kept for the process's life; a refusal needs DEVICE_PROBES failed probes in a row
-    (a time-slice from a starting spare can fail one) and is asked again next time."""
+    (a time-slice from a starting spare can fail one) and stands for REFUSAL_TTL_S only; a refusal by
+    the hold's own arithmetic stands for good, unprobed; no hold: None, and workers probe."""
+    import contextlib
+
     built, gaps = [], iter([-0.3, -0.3, 0.0003])
 
     class Fake:
@@ -124,28 +145,46 @@ def test_the_device_verdict_keeps_a_pass_retries_a_refusal_and_is_none_when_it_c
             built.append(device)
             if device == "cuda:1":
                 raise RuntimeError("no such device")
+            if device == "cuda:3":
+                return LaunchBudget(blocks=132, verified=False, reason="the hold uses 40 registers a thread")
             return LaunchBudget(blocks=264, verified=None, regs_per_thread=18)
-
-    monkeypatch.setattr(B, "_probe", lambda torch, start, blocks: next(gaps))
 
     class FakeTorch:
         class cuda:
-            @staticmethod
-            def device(d):
-                import contextlib
-                return contextlib.nullcontext()
-
-    monkeypatch.setattr(B, "LaunchBudget", Fake)
-    monkeypatch.setattr(B, "_VERDICTS", {})
-    v = B.device_verdict(FakeTorch, "cuda:0")  # two interrupted probes, then a pass
-    assert v == {"verified": True, "blocks": 264, "regs_per_thread": 18, "probe_gap_ms": 0.0003, "reason": None}
-    assert B.device_verdict(FakeTorch, "cuda:0") is v and built == ["cuda:0"]
-    assert B.device_verdict(FakeTorch, "cuda:1") is None and B.device_verdict(FakeTorch, "cuda:1") is None
-    assert built == ["cuda:0", "cuda:1", "cuda:1"]
+            device = staticmethod(lambda d: contextlib.nullcontext())
 
     probes = []
-    monkeypatch.setattr(B, "_probe", lambda torch, start, blocks: probes.append(1) or -0.3)  # a leaky hold
+
+    def probe(torch, start, blocks):
+        probes.append(blocks)
+        return next(gaps)
+
+    now = [1000.0]
+    monkeypatch.setattr(B, "LaunchBudget", Fake)
+    monkeypatch.setattr(B, "_probe", probe)
+    monkeypatch.setattr(B.time, "monotonic", lambda: now[0])
+    for name in ("_VERDICTS", "_REFUSED", "_PREPARED"):
+        monkeypatch.setattr(B, name, {})
+
+    v = B.device_verdict(FakeTorch, "cuda:0")  # two interrupted probes, then a pass
+    assert v == {"verified": True, "blocks": 264, "regs_per_thread": 18, "probe_gap_ms": 0.0003, "reason": None}
+    assert B.device_verdict(FakeTorch, "cuda:0") is v and len(probes) == 3 and built == ["cuda:0"]
+    assert B.known_verdict("cuda:0") == (True, v)
+
+    assert B.device_verdict(FakeTorch, "cuda:1") is None and B.known_verdict("cuda:1") == (False, None)
+
+    gaps = iter([-0.3] * (3 * B.DEVICE_PROBES))  # a leaky hold: every probe starts beside it
+    probes.clear()
     no = B.device_verdict(FakeTorch, "cuda:2")
     assert no["verified"] is False and "before the hold ended" in no["reason"] and len(probes) == B.DEVICE_PROBES
+    assert B.device_verdict(FakeTorch, "cuda:2") is no and len(probes) == B.DEVICE_PROBES  # within the TTL
+    now[0] += B.REFUSAL_TTL_S + 1
+    assert B.known_verdict("cuda:2") == (False, None)
     B.device_verdict(FakeTorch, "cuda:2")
-    assert len(probes) == 2 * B.DEVICE_PROBES  # not cached: probed again
+    assert len(probes) == 2 * B.DEVICE_PROBES  # asked again after it
+
+    probes.clear()
+    fit = B.device_verdict(FakeTorch, "cuda:3")
+    assert fit["verified"] is False and "registers" in fit["reason"] and probes == []
+    now[0] += 1e6
+    assert B.known_verdict("cuda:3") == (True, fit)  # the arithmetic's refusal stands

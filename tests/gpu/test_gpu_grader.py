@@ -121,6 +121,8 @@ def test_every_evaluation_under_the_graders_load_times_with_the_hold():
     budgets = [r.details["timing"]["launch_budget"] for r in rs]
     assert all(r.passed for r in rs), [r.feedback for r in rs if not r.passed]
     assert all(b["verified"] and b["verified_by"] == "grader" for b in budgets), budgets
+    refs = [r.details["timing"]["reference"]["hold"] for r in rs]  # the reference, timed once, alike
+    assert all(h["verified"] and h["verified_by"] == "grader" for h in refs), refs
     print(f"12 evaluations at capacity 4, all with the hold; kernel ms "
           f"{sorted(round(r.kernel_ms, 4) for r in rs)}")
 
