@@ -70,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grader-cache-share", type=float, default=None,
                     help="drkernel.env.evaluation.GRADER_CACHE_SHARE for this run (the grader empties its CUDA "
                          "cache when its idle part is above this share of the device)")
+    ap.add_argument("--launch-budget-ms", type=float, default=None,
+                    help="EvalConfig.launch_budget_ms (the hold before every call; default: the suite's)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     if args.switch_interval is not None:
@@ -89,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     config = suite.eval_config(device=args.device)
     if args.precompile_timeout is not None:
         config = config.with_overrides(precompile_timeout_s=args.precompile_timeout)
+    if args.launch_budget_ms is not None:
+        config = config.with_overrides(launch_budget_ms=args.launch_budget_ms)
     jobs = [(st.id, st.task(suite.entry_point), st.solution.read_text()) for st in selected if st.solution]
     repeat = args.repeat or (10 if cuda else 3)
     import drkernel
@@ -100,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict = {"device": args.device, "suite": suite.id, "tasks": [j[0] for j in jobs], "config": {
         "timing_trials": config.timing_trials, "warmup": config.warmup,
         "trials_per_distribution": config.trials_per_distribution, "precompile_timeout_s": config.precompile_timeout_s,
-        "switch_interval_s": sys.getswitchinterval()}}
+        "switch_interval_s": sys.getswitchinterval(), "launch_budget_ms": config.launch_budget_ms}}
 
     def show(arm: str, tid: str, r) -> None:
         st = r.details.get("stage_seconds", {})

@@ -9,7 +9,7 @@
 #                                         rollout (local generation tokens/s; not in the default)
 #                                         redteam (the black-box corpus; OLD_DRKERNEL=dir for a before run)
 #                                         ab (the grader sweep of this checkout and of OLD_DRKERNEL, arms
-#                                         alternating in one call: AB_ARMS, CAPACITIES, SWEEP_ROUNDS; not in
+#                                         alternating in one call: AB_ARMS, AB_HOLDS, CAPACITIES, SWEEP_ROUNDS; not in
 #                                         the default). OLD_DRKERNEL is a directory under the repository
 #                                         holding an older drkernel package, carried with the call, e.g.
 #                                         mkdir -p .old/47308c3 && git archive 47308c3 drkernel | tar x -C .old/47308c3
@@ -71,13 +71,16 @@ for stage in $STAGES; do
                 k=0
                 for arm in ${AB_ARMS:-new old new old}; do
                   k=$((k + 1)); pp="$PYTHONPATH"; dir="$ROOT"
+                  # AB_HOLDS="1.0 0.4 ...": the k-th arm's launch budget in ms (EvalConfig.launch_budget_ms)
+                  hold="$(echo ${AB_HOLDS:-} | cut -d' ' -f$k)"
                   [ "$arm" = old ] && pp="$ROOT/$OLD_DRKERNEL:$PYTHONPATH" && dir="$ROOT/$OLD_DRKERNEL"
                   echo "== ab arm $k: $arm"
                   # each arm runs from its package's directory: a grader before 2026-11-27 started its
                   # workers with ``python -m`` from its working directory, which imports from there first
                   (cd "$dir" && PYTHONPATH="$pp" $PY "$ROOT/tests/benchmarks/bench_grader.py" --device cuda --capacities "${CAPACITIES:-8}" \
                     --tasks "${LOADSPREAD_TASKS:-01_relu,07_broadcast_mul,13_softmax,15_layer_norm,18_matmul_square,22_cumsum,25_transpose_2d,27_embedding}" \
-                    --sweep-rounds "${SWEEP_ROUNDS:-4}" --skip-fresh --json "$OUT/ab_${k}_$arm.json") 2>&1 \
+                    --sweep-rounds "${SWEEP_ROUNDS:-4}" --skip-fresh ${hold:+--launch-budget-ms "$hold"} \
+                    --json "$OUT/ab_${k}_$arm${hold:+_hold$hold}.json") 2>&1 \
                     | tee -a "$OUT/ab_$arm.log" | grep -E "^drkernel from|^capacity [0-9]+:|share of|empty_cache|timing request" || status=1
                 done
               fi ;;
