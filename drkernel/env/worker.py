@@ -460,7 +460,7 @@ class Harness:
         if self.device == "cuda":
             from torch.profiler import ProfilerActivity, profile
 
-            self._verify_budget(getattr(req, "launch_budget_verdict", None))
+            self._verify_budget(req.launch_budget_verdict)
             self.profiler = profile(activities=[ProfilerActivity.CUDA])
             self.profiler.start()
 

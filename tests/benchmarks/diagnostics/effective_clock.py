@@ -21,7 +21,6 @@ setting) or a cycle count would.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -32,27 +31,23 @@ from pathlib import Path
 import torch
 import triton
 import triton.language as tl
+from placement_probe import load  # (this directory: run as a script)
+
+from drkernel.env.budget import _clock, _now  # the hold's own reads of %globaltimer and %clock64
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 @triton.jit
 def _clock_probe(out_ptr, idx, ns):
-    t0 = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
-    c0 = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+    t0 = _now()
+    c0 = _clock()
     t1 = t0
     while t1 - t0 < ns:
-        t1 = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
-    c1 = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+        t1 = _now()
+    c1 = _clock()
     tl.store(out_ptr + 2 * idx, c1 - c0)
     tl.store(out_ptr + 2 * idx + 1, t1 - t0)
-
-
-def load(path: Path):
-    spec = importlib.util.spec_from_file_location(path.stem + "_mod", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def main() -> int:

@@ -52,16 +52,10 @@ while True:
 
 
 def child(args: argparse.Namespace) -> None:
-    import importlib.util
     import random
 
     import torch
-
-    def load(path: Path):
-        spec = importlib.util.spec_from_file_location(path.stem + "_mod", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
+    from placement_probe import load  # (this directory: run as a script)
 
     suite = Path(args.suite)
     tmod, smod = load(suite / "tasks" / f"{args.task}.py"), load(suite / "solutions" / f"{args.task}.py")
