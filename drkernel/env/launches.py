@@ -85,17 +85,33 @@ def install_naming(own_file: str, suffix: str) -> None:
     ``own_file`` from now on (:class:`triton.runtime.jit.JITFunction` construction)."""
     if not suffix.isidentifier() or "." in suffix:
         raise ValueError(f"kernel name suffix must be an identifier fragment, got {suffix!r}")
+    import hashlib
+
     from triton.runtime.jit import JITFunction
 
     original = JITFunction.__init__
     if getattr(original, "_drkernel_naming", False):
         return
+    base_key = JITFunction.cache_key.fget
+
+    class NamedJITFunction(JITFunction):
+        """A renamed kernel. Triton's cache key hashes a kernel's source, not its name: without the
+        suffix in the key, a binary of the same source compiled under the plain name (the caller
+        ran the solution itself, say) is found in the shared cache layer and launched under that
+        name, so none of the candidate's kernels carries the suffix and an honest candidate fails
+        (seen on an H100 after a diagnostic had imported three single_ops solutions)."""
+
+        @property
+        def cache_key(self) -> str:
+            return hashlib.sha256(f"{base_key(self)}-named{suffix}".encode("utf-8")).hexdigest()
 
     def __init__(self, fn, *args, **kwargs):
         original(self, fn, *args, **kwargs)
         code = getattr(fn, "__code__", None)
         if code is not None and code.co_filename == own_file:
             self._fn_name = f"{self._fn_name}{suffix}"
+            if type(self) is JITFunction:
+                self.__class__ = NamedJITFunction
 
     __init__._drkernel_naming = True  # type: ignore[attr-defined]
     JITFunction.__init__ = __init__
