@@ -196,3 +196,36 @@ def test_confinement_keeps_writes_in_the_work_directory(tmp_path):
         assert out["tcp"] == "PermissionError"
     if landlock_abi() >= 6:
         assert out["signal_parent"] == "PermissionError"
+
+
+def test_the_per_call_fingerprint_raises_no_audit_event_and_compares_by_identity(tmp_path):
+    """The cheap fingerprint runs after every timed call, inside the GPU's exclusive hold: it must not
+    raise audit events (``id()`` is one; the audit hook then ran once per watched class attribute,
+    ~300 times a call), and a binding replaced by an object that claims to equal the original, or
+    that reuses the original's id, is still a change."""
+    res = _run(textwrap.dedent('''
+        import json, sys
+        import torch
+        from drkernel.env.audit import Auditor, StateGuard
+        a = Auditor(); a.install(torch)
+        guard = StateGuard(torch); guard.snapshot()
+        events = []
+        sys.addaudithook(lambda e, args: events.append(e))
+        a.enforcing = True
+        guard.changes(full=False); guard.changes(full=True)
+        a.enforcing = False
+        quiet = sorted(set(events))
+
+        class Liar:
+            def __eq__(self, other): return True
+            def __ne__(self, other): return False
+            __hash__ = object.__hash__
+        assert "backward" in torch.Tensor.__dict__
+        torch.Tensor.backward = Liar()
+        sys.excepthook = Liar()
+        changes = guard.changes(full=False)
+        print(json.dumps({"quiet": quiet, "changes": changes}))
+    '''), tmp_path, "")
+    assert "builtins.id" not in res["quiet"], res["quiet"]
+    changes = " | ".join(res["changes"])
+    assert "torch.Tensor.backward was rebound" in changes and "sys.excepthook" in changes, changes
