@@ -279,6 +279,10 @@ class StageClock:
 ProcessSource = Callable[[str, float], CandidateProcess]
 
 
+def _close_process(proc: CandidateProcess) -> None:
+    proc.close()
+
+
 def fresh_process(device: str, timeout_s: float) -> CandidateProcess:
     """A newly started candidate process (no warm pool)."""
     proc = CandidateProcess(device)
@@ -290,7 +294,9 @@ class Evaluation:
     """One candidate against one prepared task. ``Evaluation(...).run()`` returns the EvalResult.
 
     ``acquire(device, timeout_s)`` supplies worker processes (warm spares, or fresh ones: one for
-    the candidate, and one for the reference when its timing is not cached); ``gate`` is the
+    the candidate, and one for the reference when its timing is not cached); ``release(proc)``
+    disposes of one when done (default ``proc.close()``; a grader's pool kills it at once and
+    reaps it in the background, :meth:`~drkernel.env.sandbox.WarmPool.discard`); ``gate`` is the
     device's :class:`DeviceGate` (default: the process-wide one of the device; None on CPU): timing
     holds it exclusively, other GPU work shares it; ``cancel`` ends the evaluation from another
     thread (EvaluationCancelled).
@@ -298,7 +304,8 @@ class Evaluation:
 
     def __init__(self, prepared: PreparedTask, source: str, *, seed: int | None, config: EvalConfig,
                  acquire: ProcessSource = fresh_process, gate: DeviceGate | None | str = "default",
-                 cancel: CancelToken | None = None):
+                 cancel: CancelToken | None = None,
+                 release: Callable[[CandidateProcess], None] | None = None):
         self.prepared = prepared
         self.source = source
         self.seed = seed if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
@@ -306,6 +313,7 @@ class Evaluation:
         self.device = prepared.device
         self.cuda = prepared.device.startswith("cuda")
         self._acquire_fn = acquire
+        self._release_fn = release or _close_process
         self.gate = device_gate(prepared.device) if gate == "default" else gate
         self.cancel = cancel or CancelToken()
         self.result = EvalResult(details={"task": prepared.task.name, "device": config.device,
@@ -606,13 +614,14 @@ class Evaluation:
         ref = reference_timing.lookup(self.prepared, self.config)
         if ref is not None:
             if proc is not None:
-                proc.close()
+                self._release_fn(proc)
             self.result.details["reference_cached"] = True
             return ref
         if proc is None:
             proc = self._acquire_fn(self.device, max(120.0, self.config.load_timeout_s))
         with self.clock.part("reference_timing"):
-            ref = reference_timing.measure(self.prepared, self.config, proc, hold_verdict=self._budget_verdict)
+            ref = reference_timing.measure(self.prepared, self.config, proc, hold_verdict=self._budget_verdict,
+                                               release=self._release_fn)
         self._deadline += ref.seconds  # the reference's time is the grader's, not the candidate's
         reference_timing.store(self.prepared, self.config, ref)
         self.result.details["reference_cached"] = False
@@ -1024,7 +1033,7 @@ class Evaluation:
                 self.result.details["output_tail"] = proc.output_tail(2000)
             self._other_threads(proc)
             with self.clock.part("close"):
-                proc.close()
+                self._release_fn(proc)
 
     OTHER_THREADS_MS = 0.5
     """CPU milliseconds other threads may spend in a CPU evaluation (honest kernels spend 0: the

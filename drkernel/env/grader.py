@@ -255,7 +255,7 @@ class LocalGrader(GraderBase):
 
                 def run() -> EvalResult:
                     return Evaluation(prepared, source, seed=seed, config=config, acquire=acquire,
-                                      gate=device_gate(device), cancel=token).run()
+                                      gate=device_gate(device), cancel=token, release=self.pool.discard).run()
 
                 result = run()
                 with self._active_lock:

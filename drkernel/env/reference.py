@@ -74,8 +74,10 @@ def calls_plan(seed: int, config: EvalConfig, negatable: bool, stream: str) -> t
 
 
 def measure(prepared: PreparedTask, config: EvalConfig, proc: Any,
-            hold_verdict: dict[str, Any] | None = None) -> ReferenceTiming:
-    """Time the reference in ``proc``, a fresh worker, and close it (raises EnvironmentFailure when
+            hold_verdict: dict[str, Any] | None = None, release: Any = None) -> ReferenceTiming:
+    """Time the reference in ``proc``, a fresh worker, and close it (``release(proc)``, default
+    ``proc.close()``; inside the exclusive section a grader's pool only kills it there and reaps it
+    later, :meth:`~drkernel.env.sandbox.WarmPool.discard`) (raises EnvironmentFailure when
     that fails: the reference is trusted, so its failure is never a candidate's verdict). Call
     inside the GPU's exclusive section. ``hold_verdict``: the grader's probe of the launch budget's
     hold (:func:`drkernel.env.budget.device_verdict`), which the worker adopts like a candidate's:
@@ -108,7 +110,10 @@ def measure(prepared: PreparedTask, config: EvalConfig, proc: Any,
         raise EnvironmentFailure(f"timing the reference of {prepared.task.name} failed: "
                                  f"{getattr(exc, 'message', exc)}") from exc
     finally:
-        proc.close()
+        if release is not None:
+            release(proc)
+        else:
+            proc.close()
     t = reply.body
     n = config.warmup + config.timing_trials
     if prepared.device.startswith("cuda"):

@@ -474,13 +474,28 @@ class CandidateProcess:
         kill_group(self.pgid)  # the group, and leftover members (grandchildren) a scan finds
 
     def close(self) -> None:
+        """Kill the process group, then wait for it to end and free what it used (:meth:`kill`, :meth:`reap`)."""
+        if self.kill():
+            self.reap()
+
+    def kill(self) -> bool:
+        """The part of :meth:`close` a verdict may depend on: after it, nothing of the candidate runs
+        any more code (its compiler and its group are killed; a failed process gets SIGTERM and a
+        grace period first). True the first time (then :meth:`reap` must follow)."""
         if self._closed:
-            return
+            return False
         self._closed = True
         if self.compiler is not None:
             self.compiler.kill()
         # The process is discarded after its one candidate: no graceful exit to wait for.
         self._kill_group()
+        return True
+
+    def reap(self) -> None:
+        """The rest of :meth:`close`, after :meth:`kill`: wait for the process to end (a CUDA context
+        takes 0.1-0.3 s to tear down), stop the threads reading it, unmap its stage and remove its
+        directory. Nothing here changes a verdict: a grader may run it off the evaluation's path
+        (:meth:`WarmPool.discard`)."""
         try:
             self.proc.wait(timeout=GRACE_S)
         except subprocess.TimeoutExpired:
@@ -592,6 +607,10 @@ class WarmPool:
     """
 
     def __init__(self, spares: int = 1, workdir_root: str | None = None, start_timeout_s: float = 300.0):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._reaper = ThreadPoolExecutor(max_workers=2, thread_name_prefix="drkernel-reap")
+        self._reaping: set[Any] = set()
         self.spares = max(0, int(spares))
         self.workdir_root = workdir_root
         self.start_timeout_s = start_timeout_s
@@ -662,6 +681,32 @@ class WarmPool:
         if closing is not None:
             closing.close()
 
+    def discard(self, proc: CandidateProcess) -> None:
+        """Close a process an evaluation is done with: killed now (:meth:`CandidateProcess.kill`),
+        reaped in the background (:meth:`CandidateProcess.reap`), so neither the evaluation's result
+        nor its slot waits while the process's CUDA context is torn down (0.27 s per evaluation at
+        capacity 8 on an H100). :meth:`close` waits for every reap."""
+        if not proc.kill():
+            return
+        try:
+            fut = self._reaper.submit(proc.reap)
+        except RuntimeError:  # the pool is closed: reap here
+            proc.reap()
+            return
+        with self._lock:
+            self._reaping.add(fut)
+        fut.add_done_callback(self._reaped)
+
+    def _reaped(self, fut: Any) -> None:
+        with self._lock:
+            self._reaping.discard(fut)
+
+    @property
+    def reaping(self) -> int:
+        """Discarded processes not yet reaped."""
+        with self._lock:
+            return len(self._reaping)
+
     def ready_count(self, device: str) -> int:
         with self._lock:
             return sum(p.alive for p in self._ready.get(device, ()))
@@ -679,3 +724,4 @@ class WarmPool:
             self._ready.clear()
         for p in procs:
             p.close()
+        self._reaper.shutdown(wait=True)  # every discarded process ended, its directory removed

@@ -45,7 +45,12 @@ if TYPE_CHECKING:
 FLUSH_MIN_BYTES = 256 << 20
 """The L2 flush writes at least this much (KernelBench's 256 MB): at least twice any current GPU's L2."""
 _CUDA_LIMIT_PERSISTING_L2 = 0x06
-WORKER_PHASES = ("inputs", "call", "call_pre", "call_after", "spot", "snapshot", "finish", "write", "profiler")
+CALL_PARTS = ("pre_keep", "pre_sync", "pre_queue", "after_guard", "after_count")
+"""The parts of ``call_pre`` (earlier inputs kept alive; the L2 reset and the sync before the call;
+the flush, the hold and the opening fence queued) and of ``call_after`` (the fingerprint and the
+audit's records; the launch and foreign-work counters), as ``call_<part>``."""
+WORKER_PHASES = ("inputs", "call", "call_pre", "call_after", "spot", "snapshot", "finish", "write", "profiler",
+                 *(f"call_{p}" for p in CALL_PARTS))
 """The parts of a timing request the worker reports (``TimeReply.phases_s``, diagnostics only)."""
 
 
@@ -256,6 +261,8 @@ def run_calls(h: TimingHarness, req: TimeRequest) -> TimeReply:
                                  + " raised while timed: " + trim_traceback(exc, h.candidate_file)) from None
         phases["call_pre"] += call.get("pre_ms", 0.0) / 1e3
         phases["call_after"] += call.get("after_ms", 0.0) / 1e3
+        for part, ms in call.get("parts_ms", {}).items():
+            phases[f"call_{part}"] += ms / 1e3
         host_ms.append(call["host_ms"])
         launch_ms.append(call["launch_ms"])
         foreign.append(call["foreign"])
@@ -310,4 +317,4 @@ def _budget_report(budget: LaunchBudget | None, ms: float, budget_error: str | N
     return out
 
 
-__all__ = ["WORKER_PHASES", "run_calls", "TimingHarness", "summarize", "persisting_l2_resetter", "SpotChannel", "FLUSH_MIN_BYTES"]
+__all__ = ["CALL_PARTS", "WORKER_PHASES", "run_calls", "TimingHarness", "summarize", "persisting_l2_resetter", "SpotChannel", "FLUSH_MIN_BYTES"]

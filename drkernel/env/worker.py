@@ -43,6 +43,19 @@ from drkernel.env.faults import CandidateError, trim_traceback
 _perf = time.perf_counter
 
 
+def _mode_state(mode: Any) -> tuple[Any, type, dict[str, Any]]:
+    """The dispatch mode, its class and its attributes, kept as the objects themselves (compared by
+    identity: ``id()`` is an audit event, and a value's own ``==`` is the candidate's to define)."""
+    return mode, type(mode), dict(vars(mode))
+
+
+def _mode_changed(now: tuple[Any, type, dict[str, Any]], before: tuple[Any, type, dict[str, Any]] | None) -> bool:
+    if before is None:
+        return True
+    return (now[0] is not before[0] or now[1] is not before[1] or now[2].keys() != before[2].keys()
+            or any(now[2][k] is not v for k, v in before[2].items()))
+
+
 def _laps(into: dict[str, float]) -> Any:
     """``lap(name)``: the seconds since the previous lap (or this call) go to ``into[name]``."""
     last = [_perf()]
@@ -307,12 +320,14 @@ class Harness:
         perf = _perf
         t_pre = perf()
         self._keep_alive(inputs)
+        t_kept = t_synced = perf()
         if cuda:
             hold, ms = self._hold()
             if self.reset_l2 is not None:
                 ok = self.reset_l2()
                 self.l2_reset_ok = ok if self.l2_reset_ok is None else (self.l2_reset_ok and ok)
             torch.cuda.synchronize()
+            t_synced = perf()
             self.flush.zero_()  # queued ahead of the call: the GPU is busy while the host launches
             if hold is not None:
                 hold(ms)
@@ -334,9 +349,15 @@ class Harness:
             torch.cuda.synchronize()
         t2 = perf()
         self.after_call()
-        return out, {"host_ms": (t2 - t0) * 1e3, "launch_ms": (t1 - t0) * 1e3,
-                     "foreign": self._foreign_total() - foreign_before, "launches": self.recorder.total(),
-                     "pre_ms": (t0 - t_pre) * 1e3, "after_ms": (perf() - t2) * 1e3}
+        t3 = perf()
+        foreign, launches = self._foreign_total() - foreign_before, self.recorder.total()
+        t4 = perf()
+        return out, {"host_ms": (t2 - t0) * 1e3, "launch_ms": (t1 - t0) * 1e3, "foreign": foreign, "launches": launches,
+                     "pre_ms": (t0 - t_pre) * 1e3, "after_ms": (t4 - t2) * 1e3,
+                     # the parts of pre_ms and after_ms (diagnostics: timing.CALL_PARTS)
+                     "parts_ms": {"pre_keep": (t_kept - t_pre) * 1e3, "pre_sync": (t_synced - t_kept) * 1e3,
+                                  "pre_queue": (t0 - t_synced) * 1e3, "after_guard": (t3 - t2) * 1e3,
+                                  "after_count": (t4 - t3) * 1e3}}
 
     def _keep_alive(self, inputs: list[Any]) -> None:
         """Earlier calls' inputs stay alive (up to :data:`KEEP_BYTES`, at least the last call's), so a
@@ -441,7 +462,7 @@ class Harness:
                     totals["ops"][name] = totals["ops"].get(name, 0) + 1
 
         self.mode = make_foreign_work(sealed(classify), bounded_only=self.role == "candidate")
-        self._mode_id = (id(self.mode), id(type(self.mode)), tuple(sorted(vars(self.mode).items(), key=lambda kv: kv[0])))
+        self._mode_id = _mode_state(self.mode)
         self._foreign_read = sealed(lambda _: (totals["cost"], dict(totals["ops"])))
 
     def _foreign_total(self) -> float:
@@ -481,8 +502,7 @@ class Harness:
             return
         self._collect(self.guard.changes(full=False))
         if self.mode is not None:
-            mode_now = (id(self.mode), id(type(self.mode)), tuple(sorted(vars(self.mode).items(), key=lambda kv: kv[0])))
-            if mode_now != self._mode_id:
+            if _mode_changed(_mode_state(self.mode), self._mode_id):
                 self._add("harness_tampered", "the harness's dispatch mode was modified")
 
     def finish_request(self, full: bool) -> None:

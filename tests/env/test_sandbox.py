@@ -325,3 +325,35 @@ def test_cpu_time_of_other_threads_is_read_from_proc():
     total, main = cpu_seconds(pid)
     assert total >= main >= 0  # the process figure includes every thread, exited ones too
     assert cpu_seconds(2 ** 22 + 12345) is None and thread_run_ns(2 ** 22 + 12345) == {}
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "gone"
+
+
+def test_a_discarded_worker_is_killed_and_reaped_before_the_pool_closes():
+    """The grader's pool hands a finished evaluation's process to a background reaper: the
+    candidate's group is sent SIGKILL before ``discard`` returns, and ``close`` waits until every
+    discarded process has ended and its directory is gone."""
+    import signal
+    import time
+
+    from drkernel.env.sandbox import WarmPool
+
+    pool = WarmPool(spares=0)
+    proc = pool.acquire("cpu", 120)
+    pid, workdir = proc.proc.pid, proc.workdir
+    pool.discard(proc)
+    deadline = time.monotonic() + 5  # (SIGKILL was sent; the kernel ends the process within ms)
+    while _state(pid) not in ("Z", "X", "gone") and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert _state(pid) in ("Z", "X", "gone")
+    pool.discard(proc)  # a second discard is a no-op
+    pool.close()
+    assert pool.reaping == 0
+    assert proc.proc.returncode == -signal.SIGKILL
+    assert not workdir.exists()
