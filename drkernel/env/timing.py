@@ -8,8 +8,9 @@ Per call, on CUDA::
     launch budget: the hold kernel, every SM busy (queued)       ''
     fence_begin (queued)                                         ---- the call's window opens
     forward(*inputs)                                              the model's kernels queue behind
-    fence_end (queued), device-wide sync                         ---- the window closes
-    integrity: the ledger and the fingerprint, read at once
+    fence_end (queued)                                           ---- the window closes (on the GPU)
+    integrity: the ledger and the fingerprint, read at once       host work while the GPU finishes
+    device-wide sync
 
 The queued flush and hold keep the GPU busy while the host runs the call's Python and launch path,
 so the window holds device time, not the launcher's jitter (issue 8: 12% -> 1.2% spread of one
