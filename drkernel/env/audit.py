@@ -635,8 +635,8 @@ class _Same:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def __repr__(self) -> str:
-        return repr(self.obj)
+    def __repr__(self) -> str:  # never the candidate's own __repr__ (it could raise or never return)
+        return object.__repr__(self.obj)
 
 
 def _dict_changes(name: str, d: Any, snap: dict[str, Any], *, strict: bool, builtin_names: frozenset) -> list[str]:

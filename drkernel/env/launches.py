@@ -92,26 +92,32 @@ def install_naming(own_file: str, suffix: str) -> None:
     original = JITFunction.__init__
     if getattr(original, "_drkernel_naming", False):
         return
-    base_key = JITFunction.cache_key.fget
+    named: dict[type, type] = {}
 
-    class NamedJITFunction(JITFunction):
-        """A renamed kernel. Triton's cache key hashes a kernel's source, not its name: without the
-        suffix in the key, a binary of the same source compiled under the plain name (the caller
-        ran the solution itself, say) is found in the shared cache layer and launched under that
-        name, so none of the candidate's kernels carries the suffix and an honest candidate fails
-        (seen on an H100 after a diagnostic had imported three single_ops solutions)."""
+    def named_class(cls: type) -> type:
+        """``cls`` with the suffix mixed into its cache key. Triton's cache key hashes a kernel's
+        source, not its name: without the suffix in the key, a binary of the same source compiled
+        under the plain name (the caller ran the solution itself, say) is found in the shared
+        cache layer and launched under that name, so none of the candidate's kernels carries the
+        suffix and an honest candidate fails (seen on an H100 after a diagnostic had imported three
+        single_ops solutions). One subclass per class (``JITFunction``, Gluon's, ...)."""
+        if cls not in named:
+            base = cls.cache_key.fget
 
-        @property
-        def cache_key(self) -> str:
-            return hashlib.sha256(f"{base_key(self)}-named{suffix}".encode("utf-8")).hexdigest()
+            def cache_key(self: Any) -> str:
+                return hashlib.sha256(f"{base(self)}-named{suffix}".encode("utf-8")).hexdigest()
+
+            named[cls] = type(f"Named{cls.__name__}", (cls,), {"cache_key": property(cache_key),
+                                                                 "__module__": __name__})
+            named[named[cls]] = named[cls]
+        return named[cls]
 
     def __init__(self, fn, *args, **kwargs):
         original(self, fn, *args, **kwargs)
         code = getattr(fn, "__code__", None)
         if code is not None and code.co_filename == own_file:
             self._fn_name = f"{self._fn_name}{suffix}"
-            if type(self) is JITFunction:
-                self.__class__ = NamedJITFunction
+            self.__class__ = named_class(type(self))
 
     __init__._drkernel_naming = True  # type: ignore[attr-defined]
     JITFunction.__init__ = __init__

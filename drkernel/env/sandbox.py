@@ -28,7 +28,7 @@ import time
 from collections import deque
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from drkernel.env.result import EnvironmentFailure
 from drkernel.env.proclimits import EXIT_UNKNOWN, child_limits
@@ -474,14 +474,16 @@ class CandidateProcess:
         kill_group(self.pgid)  # the group, and leftover members (grandchildren) a scan finds
 
     def close(self) -> None:
-        """Kill the process group, then wait for it to end and free what it used (:meth:`kill`, :meth:`reap`)."""
-        if self.kill():
+        """Kill the process group, then wait for it to end and free what it used (:meth:`terminate`,
+        :meth:`reap`)."""
+        if self.terminate():
             self.reap()
 
-    def kill(self) -> bool:
+    def terminate(self) -> bool:
         """The part of :meth:`close` a verdict may depend on: after it, nothing of the candidate runs
         any more code (its compiler and its group are killed; a failed process gets SIGTERM and a
-        grace period first). True the first time (then :meth:`reap` must follow)."""
+        grace period first). True the first time (then :meth:`reap` must follow). Not
+        :meth:`kill`, which cancels a request in flight and leaves the closing to :meth:`close`."""
         if self._closed:
             return False
         self._closed = True
@@ -495,20 +497,28 @@ class CandidateProcess:
         """The rest of :meth:`close`, after :meth:`kill`: wait for the process to end (a CUDA context
         takes 0.1-0.3 s to tear down), stop the threads reading it, unmap its stage and remove its
         directory. Nothing here changes a verdict: a grader may run it off the evaluation's path
-        (:meth:`WarmPool.discard`)."""
-        try:
-            self.proc.wait(timeout=GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
+        (:meth:`WarmPool.discard`). Each step runs even if an earlier one fails (the first error is
+        raised at the end)."""
+        error: BaseException | None = None
+
+        def step(fn: Callable[[], Any]) -> None:
+            nonlocal error
+            try:
+                fn()
+            except subprocess.TimeoutExpired:
+                pass
+            except Exception as exc:  # noqa: BLE001 - the other steps still run; raised below
+                error = error or exc
+
+        step(lambda: self.proc.wait(timeout=GRACE_S))
         self._watch_stop.set()
-        self._reader.join(timeout=2.0)
-        try:
-            self.proc.stdout.close()
-        except OSError:
-            pass
-        self.conn.close()
-        self.stage.close()  # after the process is gone: nothing writes into it any more
+        step(lambda: self._reader.join(timeout=2.0))
+        step(self.proc.stdout.close)
+        step(self.conn.close)
+        step(self.stage.close)  # after the process is gone: nothing writes into it any more
         shutil.rmtree(self.workdir, ignore_errors=True)
+        if error is not None:
+            raise error
 
     def __enter__(self) -> "CandidateProcess":
         return self
@@ -682,11 +692,11 @@ class WarmPool:
             closing.close()
 
     def discard(self, proc: CandidateProcess) -> None:
-        """Close a process an evaluation is done with: killed now (:meth:`CandidateProcess.kill`),
+        """Close a process an evaluation is done with: killed now (:meth:`CandidateProcess.terminate`),
         reaped in the background (:meth:`CandidateProcess.reap`), so neither the evaluation's result
         nor its slot waits while the process's CUDA context is torn down (0.27 s per evaluation at
         capacity 8 on an H100). :meth:`close` waits for every reap."""
-        if not proc.kill():
+        if not proc.terminate():
             return
         try:
             fut = self._reaper.submit(proc.reap)
@@ -700,6 +710,11 @@ class WarmPool:
     def _reaped(self, fut: Any) -> None:
         with self._lock:
             self._reaping.discard(fut)
+        exc = fut.exception()
+        if exc is not None:  # (nobody waits for this future: say so, or nobody would know)
+            import logging
+
+            logging.getLogger("drkernel.env").warning("reaping a candidate process failed: %r", exc)
 
     @property
     def reaping(self) -> int:

@@ -348,8 +348,10 @@ class Harness:
             # The candidate's host code has returned; its device work (behind the hold) still runs.
             # The checks of what the call left behind are host work: they run now, while the GPU is
             # busy anyway, instead of after the sync inside the GPU's exclusive hold (~0.3 ms a
-            # call). Nothing of the candidate's runs between its return and the sync (threads,
-            # signals and callbacks into Python are refused by the audit).
+            # call). What of the candidate's could still run after the check (a __del__ or a weakref
+            # callback, at a collection) could run after it in the old order too (the spot round
+            # trip, the next inputs); threads and signals are refused; the request's full check
+            # comes after all calls.
             self.fences.end()
             t_after = perf()
             self.after_call()

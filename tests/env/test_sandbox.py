@@ -357,3 +357,27 @@ def test_a_discarded_worker_is_killed_and_reaped_before_the_pool_closes():
     assert pool.reaping == 0
     assert proc.proc.returncode == -signal.SIGKILL
     assert not workdir.exists()
+
+
+@pytest.mark.parametrize("release", ["discard", "close"])
+def test_a_cancelled_worker_is_still_reaped_when_released(release):
+    """Cancellation kills the group (``kill``: the request in flight fails as ``cancelled``); the
+    evaluation then releases the process, which must still end it and remove its directory and
+    stage (a review found ``kill`` shadowed by the closing half, so a cancelled worker's directory,
+    stage and connection leaked)."""
+    from drkernel.env.evaluation import CancelToken
+    from drkernel.env.sandbox import WarmPool
+
+    pool = WarmPool(spares=0)
+    try:
+        proc = pool.acquire("cpu", 120)
+        token = CancelToken()
+        token.on_cancel(proc.kill)  # as Evaluation._acquire does
+        token.cancel()
+        assert proc.failure is not None and proc.failure.kind == "cancelled"
+        (pool.discard if release == "discard" else type(proc).close)(proc)
+    finally:
+        pool.close()
+    assert proc.proc.returncode is not None
+    assert proc.conn.closed
+    assert not proc.workdir.exists()
