@@ -494,7 +494,7 @@ class CandidateProcess:
         return True
 
     def reap(self) -> None:
-        """The rest of :meth:`close`, after :meth:`kill`: wait for the process to end (a CUDA context
+        """The rest of :meth:`close`, after :meth:`terminate`: wait for the process to end (a CUDA context
         takes 0.1-0.3 s to tear down), stop the threads reading it, unmap its stage and remove its
         directory. Nothing here changes a verdict: a grader may run it off the evaluation's path
         (:meth:`WarmPool.discard`). Each step runs even if an earlier one fails (the first error is
