@@ -345,29 +345,23 @@ class Harness:
                 out = self.model(*inputs)
         t1 = perf()
         if cuda:
-            # The candidate's host code has returned; its device work (behind the hold) still runs.
-            # The checks of what the call left behind are host work: they run now, while the GPU is
-            # busy anyway, instead of after the sync inside the GPU's exclusive hold (~0.3 ms a
-            # call). What of the candidate's could still run after the check (a __del__ or a weakref
-            # callback, at a collection) could run after it in the old order too (the spot round
-            # trip, the next inputs); threads and signals are refused; the request's full check
-            # comes after all calls.
             self.fences.end()
-            t_after = perf()
-            self.after_call()
-            t3 = perf()
-            foreign, launches = self._foreign_total() - foreign_before, self.recorder.total()
-            t4 = perf()
+        t_after = perf()
+        # The checks of what the call left behind. On CUDA they are host work done while the GPU
+        # still runs the candidate's kernels behind the hold, before the sync, instead of after it
+        # inside the GPU's exclusive hold (~0.3 ms a call). What of the candidate's could still run
+        # after the check (a __del__ or a weakref callback, at a collection) could run after it in
+        # the old order too (the spot round trip, the next inputs); threads and signals are refused;
+        # the request's full check comes after all calls.
+        self.after_call()
+        t3 = perf()
+        foreign, launches = self._foreign_total() - foreign_before, self.recorder.total()
+        t4 = perf()
+        if cuda:
             torch.cuda.synchronize()
-            t2 = perf()
-            host_s = (t2 - t0) - (t4 - t_after)
-        else:  # the host clock times the call: the checks come after it
-            t_after = t2 = perf()
-            host_s = t2 - t0
-            self.after_call()
-            t3 = perf()
-            foreign, launches = self._foreign_total() - foreign_before, self.recorder.total()
-            t4 = perf()
+            host_s = (perf() - t0) - (t4 - t_after)
+        else:  # the host clock times the call itself: the checks are not in it
+            host_s = t_after - t0
         return out, {"host_ms": host_s * 1e3, "launch_ms": (t1 - t0) * 1e3, "foreign": foreign, "launches": launches,
                      "pre_ms": (t0 - t_pre) * 1e3, "after_ms": (t4 - t_after) * 1e3,
                      # the parts of pre_ms and after_ms (diagnostics: timing.CALL_PARTS)
