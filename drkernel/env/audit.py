@@ -248,6 +248,7 @@ class Auditor:
             self._guard_modes(torch)
             self._guard_registrations(torch)
             self._guard_signals()
+            self._guard_cuda_runtime(torch)
         finally:
             pending, self._pending = self._pending, None
             self._replace_everywhere(pending or {})
@@ -363,9 +364,29 @@ class Auditor:
         self._wrap_everywhere(targets, lambda o: self._guarded(o, "forbidden_operation",
                                                                f"torch.{getattr(o, '__name__', '?')}"))
 
+    def _guard_cuda_runtime(self, torch: Any) -> None:
+        """The CUDA runtime's Python bindings (``torch.cuda.cudart()``, ``torch._C._cudart``) and the
+        CUDA profiler's switches. ``cudaHostRegister`` maps any of the worker's host memory into the
+        device's address space (a kernel could then write the harness's memory), and
+        ``cudaProfilerStart/Stop`` steer the profiling whose records time the calls; no kernel needs
+        either. Every function of the bindings is refused to the candidate (they are replaced on the
+        bindings' module itself, which is not in ``sys.modules``), and so are the accessor and
+        ``torch.cuda.profiler``'s entry points (which call the bindings from torch's own frames)."""
+        rt = getattr(torch._C, "_cudart", None)
+        if rt is not None:
+            for name in dir(rt):
+                fn = getattr(rt, name, None)
+                if name.startswith("cuda") and callable(fn):
+                    setattr(rt, name, self._guarded(fn, "forbidden_operation", f"torch.cuda.cudart().{name}"))
+        prof = sys.modules.get("torch.cuda.profiler")
+        targets = [getattr(torch.cuda, "cudart", None)]
+        targets += [getattr(prof, n, None) for n in ("init", "start", "stop", "profile")] if prof is not None else []
+        self._wrap_everywhere([t for t in targets if t is not None],
+                              lambda o: self._guarded(o, "forbidden_operation", f"torch.cuda.{getattr(o, '__name__', '?')}"))
+
     def _guard_registrations(self, torch: Any) -> None:
         """Operator registrations (``torch.library``: new kernels for aten operators, custom ops)
-        and finalizers called directly by the candidate. Torch registers operators lazily on its
+        and finalizers called directly by the candidate, and the collector's switches. Torch registers operators lazily on its
         own, so counting registrations would blame the candidate for torch's work; the entry
         points are guarded instead (a call from torch itself is not the candidate's)."""
         import weakref
@@ -384,6 +405,12 @@ class Auditor:
                                                                  f"torch.library.{getattr(o, '__name__', '?')}"))
         fin = weakref.finalize
         fin.__init__ = self._guarded(fin.__init__, "forbidden_operation", "weakref.finalize")
+        # automatic collection is off in the worker, so finalisers run only inside a call's window
+        # (drkernel.env.worker.Harness._release); ``gc`` is reachable through torch's modules
+        import gc
+
+        self._wrap_everywhere([gc.enable, gc.set_threshold],
+                              lambda o: self._guarded(o, "forbidden_operation", f"gc.{o.__name__}"))
 
     def _guard_conversions(self, torch: Any) -> None:
         """Tensor data moved to or from the host by the candidate: recorded as ``host_compute`` (the
@@ -514,6 +541,9 @@ class StateGuard:
         self._classes: list[tuple[str, Any, dict[str, Any]]] = []
         self._values: dict[str, Any] = {}
         self._len_objects: list[tuple[str, Any, int]] = []
+        import gc
+
+        self._gc_state = (gc.isenabled, gc.get_threshold)  # bound before the candidate loads
 
     # what is watched --------------------------------------------------------------------------------
     def _watched_classes(self) -> list[tuple[str, type]]:
@@ -570,6 +600,8 @@ class StateGuard:
         import threading
 
         put("gc.callbacks", lambda: len(gc.callbacks))
+        put("gc.enabled", self._gc_state[0])
+        put("gc.threshold", self._gc_state[1])
         put("threading.trace_hook", lambda: getattr(threading, "_trace_hook", None) is None)
         put("threading.profile_hook", lambda: getattr(threading, "_profile_hook", None) is None)
         put("profiler_enabled", lambda: bool(torch._C._autograd._profiler_enabled()))

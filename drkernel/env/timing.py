@@ -8,6 +8,8 @@ Per call, on CUDA::
     launch budget: the hold kernel, every SM busy (queued)       ''
     fence_begin (queued)                                         ---- the call's window opens
     forward(*inputs)                                              the model's kernels queue behind
+    release: what the harness let go of since the last call is   the candidate's finalisers run
+      freed, the young generation collected                       only here (Harness._release)
     fence_end (queued)                                           ---- the window closes (on the GPU)
     integrity: the ledger and the fingerprint, read at once       host work while the GPU finishes
     device-wide sync
@@ -218,6 +220,9 @@ class TimingHarness(Protocol):
     def call(self, inputs: list[Any], grad_mode: str, timed: bool) -> tuple[Any, dict[str, Any]]:
         """One call of the model, the same way for every call (see this module's docstring)."""
 
+    def discard(self, obj: Any) -> None:
+        """Let go of ``obj`` in the next call's window (the candidate's finalisers run only there)."""
+
     def finish_request(self, full: bool) -> None:
         """The request's integrity check."""
 
@@ -282,6 +287,7 @@ def run_calls(h: TimingHarness, req: TimeRequest) -> TimeReply:
                 else:
                     kept.append((i, None, None))
             phases["snapshot"] += perf() - t3
+        h.discard(out)  # freed in the next call's window: a finaliser of the candidate's runs inside it
         del out
     total_s = perf() - t_begin
     t0 = perf()

@@ -130,6 +130,13 @@ class Harness:
         self._kept: deque = deque()
         self._kept_bytes = 0
         self._initial: list[Any] = []
+        import gc
+
+        # Automatic collection is off from the load on (:meth:`op_load`), and what the harness lets go
+        # of waits here until the next call's window (:meth:`_release`); both bound before any
+        # candidate code exists
+        self._gc_disable, self._gc_collect = gc.disable, gc.collect
+        self._trash: list[Any] = []
 
     # -- warm start (no candidate yet) --------------------------------------------------------------
     def warm_cuda(self) -> None:
@@ -186,6 +193,7 @@ class Harness:
 
         torch = self.torch
         t0 = _perf()
+        self._gc_disable()  # for the rest of the process: see _release
         self.role = req.role
         self.entry_point = req.entry_point
         os.environ["DRKERNEL_TASK_SIZE"] = req.task_size  # this process's own environment (one thread)
@@ -279,6 +287,7 @@ class Harness:
         except BaseException as exc:  # noqa: BLE001
             raise CandidateError("correctness", "ModelNew.forward raised: "
                                  + trim_traceback(exc, self.candidate_file)) from None
+        self.discard(out)
         lap("call")
         reply = RunReply(launches=call["launches"], call_s=call["host_ms"] / 1e3, foreign=call["foreign"],
                          draw_s=draw_s, phases_s=phases)
@@ -340,9 +349,11 @@ class Harness:
         if self.mode is not None:
             with grad(), self.mode:
                 out = self.model(*inputs)
+                self._release()
         else:
             with grad():
                 out = self.model(*inputs)
+                self._release()
         t1 = perf()
         if cuda:
             self.fences.end()
@@ -372,13 +383,39 @@ class Harness:
     def _keep_alive(self, inputs: list[Any]) -> None:
         """Earlier calls' inputs stay alive (up to :data:`KEEP_BYTES`, at least the last call's), so a
         call's inputs do not reuse their memory: a result cached under an input's address (with its
-        shape and version counter) is not found again, whether or not the call is checked."""
+        shape and version counter) is not found again, whether or not the call is checked. Those let
+        go of are freed in this call's window (:meth:`discard`)."""
         torch = self.torch
         nbytes = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
         self._kept.append((inputs, nbytes))
         self._kept_bytes += nbytes
         while len(self._kept) > 2 and self._kept_bytes > KEEP_BYTES[self.device]:
-            self._kept_bytes -= self._kept.popleft()[1]
+            old, n = self._kept.popleft()
+            self.discard(old)
+            self._kept_bytes -= n
+
+    def discard(self, obj: Any) -> None:
+        """Let go of ``obj`` (a call's output, earlier inputs) in the next call's window, not now."""
+        self._trash.append(obj)
+
+    def _release(self) -> None:
+        """Inside a call's window, after the forward returned: free what the harness let go of since
+        the last call, and collect the young generation.
+
+        The candidate's code may run whenever an object of its making is freed: ``__del__``, a
+        weakref callback, a tensor's attribute holding either (inputs and outputs are tensors it
+        can decorate). GPU work queued there outside every window would be free: a forward that
+        returns an empty output and fills it from a finaliser run by the harness's next collection
+        (or as the harness drops the output) times as nothing, and the filled output is correct
+        when it is read. So automatic collection is off in the worker (:meth:`op_load`; the
+        fingerprint reports it switched back on, and ``gc.enable``/``gc.set_threshold`` are refused
+        to the candidate), the harness frees nothing of the candidate's between windows, and both
+        happen here: whatever runs is timed as the call's (its device work lies between the
+        fences; on the CPU the host clock and the dispatch mode see it). Cycles that outlive the
+        young generation are never collected: their finalisers never run (a worker lives for one
+        evaluation)."""
+        self._trash.clear()
+        self._gc_collect(0)
 
     def _hold(self) -> tuple[Any, float]:
         """The launch budget for every call (verified at load, see :meth:`_verify_budget`)."""

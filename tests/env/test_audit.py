@@ -59,6 +59,12 @@ PROBE = textwrap.dedent('''
     attempt("addaudithook", lambda: sysmod.addaudithook(lambda *a: added.append(1)))
     results["hook_added"] = bool(added) or (open and False)
     attempt("numpy_copy", lambda: torch.ones(3).numpy())
+    # automatic collection back on (finalisers outside the calls' windows); gc reached through torch
+    attempt("gc_enable", lambda: torch.cuda.graphs.gc.enable())
+    attempt("gc_threshold", lambda: torch.cuda.graphs.gc.set_threshold(1))
+    # the CUDA runtime's bindings (cudaHostRegister) and the CUDA profiler's switches
+    attempt("cudart", lambda: torch.cuda.cudart())
+    attempt("cuda_profiler", lambda: torch.cuda.profiler.start())
     # reaching a guard's closure yields only sealed callables, never the original thread starter
     cell = sysmod.modules["_thread"].start_new_thread.__closure__
     results["closure"] = sorted(f"{type(c.cell_contents).__name__}:{getattr(c.cell_contents, '__name__', '')}"
@@ -89,7 +95,8 @@ def test_operations_the_candidate_makes_are_refused_and_recorded(tmp_path):
     res = _run(RUNNER, tmp_path, PROBE)
     r = res["results"]
     for name in ("getframe", "open", "gc_objects", "thread", "threading", "import_ftplib", "code_object",
-                 "exec", "tb_frame", "pop_mode", "library", "settrace", "profiler_state"):
+                 "exec", "tb_frame", "pop_mode", "library", "settrace", "profiler_state", "gc_enable", "gc_threshold",
+                 "cudart", "cuda_profiler"):
         assert r[name] == "PermissionError", (name, r)
     # what kernels legitimately use still works
     for name in ("dataclass", "namedtuple", "math", "numpy_copy"):
@@ -101,7 +108,7 @@ def test_operations_the_candidate_makes_are_refused_and_recorded(tmp_path):
     text = " ".join(detail for _, detail in records)
     for needle in ("sys._getframe", "open('/etc/hostname')", "gc.get_objects", "starting a thread", "import 'ftplib'",
                    "__code__", "tb_frame", "_pop_mode", "Library.__init__", "sys.settrace", "addaudithook", "_profiler_enabled",
-                   "Tensor.numpy()"):
+                   "Tensor.numpy()", "gc.enable", "gc.set_threshold", "torch.cuda.cudart", "torch.cuda.start"):
         assert needle in text, (needle, records)
     assert all("cand.py:" in detail for _, detail in records if "hook" not in detail), [r for r in records if "cand.py:" not in r[1]]
 
@@ -128,8 +135,10 @@ def test_state_changes_are_reported_by_name(tmp_path):
         torch.Tensor.clone = lambda self: self
         torch.set_default_dtype(torch.float64)
         torch.set_default_dtype(torch.float32)
+        torch.cuda.graphs.gc.disable()  # (the worker runs with it off: then switching it on shows)
     '''))
     changes = " | ".join(res["changes"])
+    assert "gc.enabled: True -> False" in changes
     assert "cuda.matmul.allow_tf32: False -> True" in changes
     assert "_global_forward_hooks" in changes
     assert "torch.Tensor.clone was added" in changes
@@ -229,3 +238,32 @@ def test_the_per_call_fingerprint_raises_no_audit_event_and_compares_by_identity
     assert "builtins.id" not in res["quiet"], res["quiet"]
     changes = " | ".join(res["changes"])
     assert "torch.Tensor.backward was rebound" in changes and "sys.excepthook" in changes, changes
+
+
+FAKE_CUDART = """
+import types
+fake = types.ModuleType("_cudart")
+fake.cudaHostRegister = lambda ptr, size, flags: 0
+fake.cudaProfilerStop = lambda: 0
+torch._C._cudart = fake
+a = Auditor()"""
+
+
+def test_the_cuda_runtime_bindings_are_refused(tmp_path):
+    """On a CUDA build ``torch._C._cudart`` holds the runtime's bindings (``cudaHostRegister`` maps host
+    memory for kernels to write): every function is refused to the candidate. A stand-in module plays
+    the bindings on a CPU build."""
+    runner = RUNNER.replace("a = Auditor()", FAKE_CUDART.strip().replace("\n", "; "))
+    res = _run(runner, tmp_path, textwrap.dedent("""
+        import torch
+        results = {}
+        for name, fn in (("register", lambda: torch._C._cudart.cudaHostRegister(0, 4096, 0)),
+                         ("stop", lambda: torch._C._cudart.cudaProfilerStop())):
+            try:
+                results[name] = fn()
+            except Exception as e:
+                results[name] = type(e).__name__
+    """))
+    assert res["results"] == {"register": "PermissionError", "stop": "PermissionError"}, res
+    text = " ".join(detail for _, detail in res["records"])
+    assert "cudaHostRegister" in text and "cudaProfilerStop" in text, res["records"]

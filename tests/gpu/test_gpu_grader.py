@@ -304,3 +304,20 @@ def test_spot_indices_drawn_on_the_gpu_are_the_cpus():
         sample_index(64 << 20, k, 1 << 20, torch, "cuda")
     torch.cuda.synchronize()
     print(f"2^20 spot indices on the GPU: {(time.perf_counter() - t0) / 10 * 1e3:.3f} ms each")
+
+
+def test_work_deferred_to_a_finaliser_is_timed_as_the_calls():
+    """A forward that leaves its work to a finaliser (a reference cycle's ``__del__``): the worker
+    collects inside each call's window, so the work is timed as the call's and the output is
+    complete when read (drkernel.env.worker.Harness._release)."""
+    honest = run("relu_big.py", "relu_honest.py")
+    deferred = run("relu_big.py", "relu_finalizer_deferred.py")
+    assert honest.passed and deferred.passed, deferred.feedback
+    print(f"relu honest {honest.kernel_ms:.4f} ms, deferred to a finaliser {deferred.kernel_ms:.4f} ms")
+    assert deferred.kernel_ms > 0.8 * honest.kernel_ms, (deferred.kernel_ms, honest.kernel_ms)
+
+
+def test_the_cuda_runtime_bindings_are_refused_on_a_gpu():
+    r = run("relu_big.py", "relu_cudart_host_register.py")
+    assert not r.passed and "forbidden_operation" in r.hack_reasons, (r.hack_reasons, r.feedback)
+    assert "cudart" in str(r.details.get("integrity")), r.details.get("integrity")
