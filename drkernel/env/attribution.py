@@ -124,6 +124,41 @@ def cut_windows(events: Any, n_calls: int, own_suffix: str | None) -> list[CallW
     return windows
 
 
+def own_outside_windows(events: Any, n_calls: int, own_suffix: str | None) -> tuple[int, int]:
+    """``(count, device ns)`` of the candidate's own kernels that ran after the first call began and
+    inside no call's window: on the calls' stream outside every ``[fence_begin end, fence_end
+    start)``, on another stream after the last call's boundary (before it, another stream's work is
+    counted as a call's, :func:`cut_windows`). The harness runs none of the candidate's kernels
+    between calls, so such a kernel was queued by the candidate's code running outside its calls
+    (work deferred past the closing fence, where it would not be timed). Kernels before the first
+    call (the model's construction at load) are not counted."""
+    if not own_suffix or n_calls <= 0:
+        return 0, 0
+    recs = _records(events)
+    begins = [r for r in recs if r[3] == FENCE_BEGIN]
+    ends = [r for r in recs if r[3] == FENCE_END]
+    if len(begins) != n_calls or len(ends) != n_calls or len({r[2] for r in begins + ends}) != 1:
+        raise ForgedRecords(f"{len(begins)} begin and {len(ends)} end fences for {n_calls} calls")
+    main = begins[0][2]
+    spans = [(b[0] + b[1], e[0]) for b, e in zip(begins, ends)]
+    main_starts = [r[0] for r in recs if r[2] == main]
+    last_end = ends[-1][0] + ends[-1][1]
+    j = bisect.bisect_left(main_starts, last_end)
+    last_boundary = main_starts[j] if j < len(main_starts) else float("inf")
+    count = ns = 0
+    for start, dur, stream, name in recs:
+        if own_suffix not in name or start < begins[0][0]:
+            continue
+        if stream == main:
+            k = bisect.bisect_right(spans, (start, float("inf"))) - 1
+            inside = k >= 0 and spans[k][0] <= start < spans[k][1]
+        else:
+            inside = start < last_boundary
+        if not inside:
+            count, ns = count + 1, ns + dur
+    return count, ns
+
+
 def coverage_of(windows: list[CallWindow]) -> float | None:
     """Share of the calls' device time spent in own kernels (None: no device activity)."""
     total = sum(w.device_ns for w in windows)
@@ -144,4 +179,4 @@ def top_kernels(windows: list[CallWindow], own_suffix: str | None, k: int = 8) -
     return out
 
 
-__all__ = ["CallWindow", "ForgedRecords", "cut_windows", "coverage_of", "top_kernels", "FENCE_BEGIN", "FENCE_END"]
+__all__ = ["CallWindow", "ForgedRecords", "cut_windows", "own_outside_windows", "coverage_of", "top_kernels", "FENCE_BEGIN", "FENCE_END"]

@@ -147,6 +147,8 @@ class Auditor:
         self.workdir: str | None = None
         """The candidate's private directory: file operations inside it are allowed."""
         self.installed = False
+        self.guard_functions: list[Any] = []
+        """Every guard installed (drkernel.env.seal watches their closures' cells)."""
         auditor = self
 
         def check(msg: Any) -> bool:
@@ -291,6 +293,7 @@ class Auditor:
             return invoke((args, kwargs))
 
         guarded.__name__ = getattr(original, "__name__", "guarded")
+        self.guard_functions.append(guarded)
         return guarded
 
     def _record_method(self, cls: type, name: str, hack_id: str) -> None:
@@ -307,6 +310,7 @@ class Auditor:
             return original(self, *args, **kwargs)
 
         recorded.__name__ = name
+        self.guard_functions.append(recorded)
         setattr(cls, name, recorded)
 
     def _guard_threads(self) -> None:
@@ -436,6 +440,21 @@ class Auditor:
                                                                        f"{cls.__name__}.from_buffer()", refuse=False)))
         for name in ("numpy", "tolist", "__array__", "__dlpack__"):
             self._record_method(torch.Tensor, name, "host_compute")
+        # raw memory behind an integer (a tensor's data_ptr()): NumPy's ctypes bridge and ctypes'
+        # own casts and copies run in library or standard-library frames, which the audit hook does
+        # not blame, and raise no audit event; reachable as numpy.ctypeslib.ctypes. Refused.
+        import ctypes
+
+        raw = [getattr(ctypes, n) for n in ("cast", "memmove", "memset", "string_at", "wstring_at")
+               if hasattr(ctypes, n)]
+        try:
+            import numpy.ctypeslib as npc
+        except ImportError:  # pragma: no cover - numpy is a dependency
+            npc = None
+        if npc is not None:
+            raw += [getattr(npc, n) for n in ("as_array", "as_ctypes", "as_ctypes_type") if hasattr(npc, n)]
+        self._wrap_everywhere(raw, lambda o: self._guarded(o, "forbidden_operation",
+                                                           f"ctypes/numpy.ctypeslib {getattr(o, '__name__', '?')}()"))
 
 
 _PATH_EVENTS = frozenset({"open", "os.listdir", "os.scandir", "os.mkdir", "os.remove", "os.rmdir", "os.rename",

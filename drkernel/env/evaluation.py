@@ -54,7 +54,7 @@ import torch
 
 from drkernel.env import gpu_clock
 from drkernel.env import reference as reference_timing
-from drkernel.env.attribution import CallWindow, ForgedRecords, coverage_of, cut_windows, top_kernels
+from drkernel.env.attribution import CallWindow, ForgedRecords, coverage_of, cut_windows, own_outside_windows, top_kernels
 from drkernel.env.compare import CONDITION_ULPS, Comparison, compare_outputs, reference_rms
 from drkernel.env.config import EvalConfig
 from drkernel.env.feedback import build_feedback
@@ -640,9 +640,12 @@ class Evaluation:
         # and a random sample of one or two misses that often: then every timed output is checked.
         every = cfg.timing_trials <= CHECK_ALL_TIMED
 
+        asked: list[int] = []
+
         def keep(call: int) -> tuple[int, int] | None:
             """Decided after the call returned: the candidate cannot know which calls are checked,
             nor, before its call is over, which elements of the output are read."""
+            asked.append(call)
             if self.cuda and call == last and len(self._clock_samples) < 2:  # once (a worker may ask again)
                 self._clock_samples.append(gpu_clock.sample(self.device))
             if call == last and lease is not None:
@@ -659,11 +662,28 @@ class Evaluation:
                               cfg.timing_timeout_s, "timing", on_spot=keep)
         self._calls += len(plan.seeds)
         self._kept = kept
+        if asked != list(range(cfg.warmup, last + 1)):
+            # every timed call is followed by its question, in order: a worker that skips them
+            # (its harness's code replaced) would have no timed output checked
+            self._finding("harness_tampered", f"the worker asked about {len(asked)} of {last + 1 - cfg.warmup} "
+                                              "timed calls' outputs")
+            self._fail(Stage.TIMING, "the timed calls' outputs were not offered for checking")
+            raise _Stop
         return reply.body
 
     def _timing(self, t: Any, ref: Any) -> None:
-        """Spot checks of the kept outputs, then the candidate's and the reference's times."""
+        """The device records' findings about where the work ran (before the spot checks: a call
+        that left work on another stream, or deferred it past its window, fails them, and says
+        why), the spot checks of the kept outputs, then the candidate's and the reference's times."""
         plan, cfg = self.plan, self.config
+        if self.cuda:
+            try:
+                self._windows = cut_windows(t.events, self._calls, plan.kernel_suffix)
+                self._where_work_ran(self._windows, t.events)
+            except ForgedRecords as exc:
+                self._finding("harness_tampered", f"device records: {exc}")
+                self._fail(Stage.TIMING, f"the device records of the calls are inconsistent: {exc}")
+                raise _Stop from None
         with self.clock.part("transfers"):
             returned = {item.get("call") for item in t.spot if isinstance(item, dict)}
             if returned != set(self._kept) or len(t.spot) != len(self._kept):
@@ -685,15 +705,7 @@ class Evaluation:
                 if self.cuda:
                     _release_if_short(self.device)
         if self.cuda:
-            n = self._calls
-            try:
-                windows = cut_windows(t.events, n, plan.kernel_suffix)
-            except ForgedRecords as exc:
-                self._finding("harness_tampered", f"device records: {exc}")
-                self._fail(Stage.TIMING, f"the device records of the calls are inconsistent: {exc}")
-                raise _Stop from None
-            self._windows = windows
-            timed = windows[n - cfg.timing_trials:]
+            timed = self._windows[self._calls - cfg.timing_trials:]
             cand = [w.time_ns / 1e6 for w in timed]
         else:
             cand = list(t.host_ms[cfg.warmup:])
@@ -769,9 +781,10 @@ class Evaluation:
             if host:
                 self._finding("host_compute", f"device-to-host copies in {len(host)} of {len(windows)} calls "
                                               f"(up to {max(w.dtoh_ns for w in host) / 1e3:.0f} us)")
-            side = [w for w in windows if w.other_stream_ns > 0]
-            if side:
-                self._finding("side_stream", f"work on other streams in {len(side)} of {len(windows)} calls")
+            try:
+                self._where_work_ran(windows, events)
+            except ForgedRecords as exc:
+                self._finding("harness_tampered", f"device records: {exc}")
             coverage = coverage_of(windows)
             top = top_kernels(windows, self.plan.kernel_suffix)
             r.details["profile"] = {"method": "cuda_profiler", "top": top, "calls": len(windows),
@@ -800,6 +813,17 @@ class Evaluation:
             self._fail(Stage.PROFILING, f"only {100 * r.coverage:.0f}% of the forward's work is in your own Triton "
                        f"kernels (at least {100 * cfg.min_coverage:.0f}% is required)"
                        + (f"; the rest: {others}" if others else ""))
+
+    def _where_work_ran(self, windows: list[CallWindow], events: Any) -> None:
+        """Findings of the device records: work on other streams than the calls' (``side_stream``),
+        own kernels between the calls (``work_outside_call``). Raises ForgedRecords."""
+        side = [w for w in windows if w.other_stream_ns > 0]
+        if side:
+            self._finding("side_stream", f"work on other streams in {len(side)} of {len(windows)} calls")
+        n_out, ns_out = own_outside_windows(events, self._calls, self.plan.kernel_suffix)
+        if n_out:
+            self._finding("work_outside_call", f"{n_out} launches of your kernels ({ns_out / 1e3:.0f} us) ran "
+                                               "between calls, outside every call's window")
 
     # -- pieces ------------------------------------------------------------------------------------
     def _checked_call(self, req: RunRequest, ref: ReferenceOutput, label: str) -> tuple[bool, torch.Tensor | None, str | None]:

@@ -93,6 +93,10 @@ _TABLE = (
          "all work must happen in the forward call, on its own thread.", "runtime"),
     Hack("side_stream", "device work of a call on another stream than the call's (it is timed all the same)",
          "Work ran on another CUDA stream than the call's; streams are not allowed.", "device"),
+    Hack("work_outside_call", "own kernels ran between the calls, outside every call's timed window (work "
+         "deferred past the end of forward, e.g. by a hook the harness triggers)",
+         "Your kernels ran after forward returned, outside the call: all work must happen inside forward.",
+         "device"),
 )
 
 HACKS: dict[str, Hack] = {h.id: h for h in _TABLE}

@@ -58,21 +58,34 @@ class LaunchRecorder:
             original = cls.run
             if getattr(original, "_drkernel_hook", False):
                 continue
-            cls.run = self._wrap(original)
+            cls.run = self._wrap(original, interpreted=cls.__name__ == "InterpretedFunction")
             self.installed.append((cls, "run", cls.run))
 
     def hooks_intact(self) -> bool:
         return all(getattr(cls, name) is fn for cls, name, fn in self.installed)
 
-    def _wrap(self, original):
+    def _wrap(self, original, interpreted: bool = False):
         recorder = self
+        interpreter = None
+        if interpreted:  # the interpreter's builder records each launch's grid
+            try:
+                from triton.runtime.interpreter import interpreter_builder as interpreter
+            except ImportError:  # pragma: no cover
+                interpreter = None
+            if interpreter is not None and not hasattr(interpreter, "set_grid_dim"):
+                interpreter = None
 
         def run(fn_self, *args, **kwargs):
             fn = getattr(fn_self, "fn", None)
             code = getattr(fn, "__code__", None)
             own = code is not None and recorder.own_file is not None and code.co_filename == recorder.own_file
+            if own and interpreter is not None:
+                interpreter.grid_dim = (0, 0, 0)  # set again by the interpreter when it runs programs
             result = original(fn_self, *args, **kwargs)  # a launch that raises is not counted
-            if own and not kwargs.get("warmup"):
+            # a launch of no program (an empty grid) does nothing: not counted (CPU interpreter;
+            # on a GPU it leaves no device record)
+            ran = interpreter is None or all(d > 0 for d in getattr(interpreter, "grid_dim", (1,)))
+            if own and ran and not kwargs.get("warmup"):
                 recorder.counts[getattr(fn, "__name__", "?")] += 1
             return result
 

@@ -205,13 +205,21 @@ def warm_up() -> None:
         (torch.ones(2) + 1).sum()
 
 
-def device_records(prof: Any, accessors: dict[str, Any], limit: int = 200_000) -> list[list[Any]]:
-    """``[name, start_ns, duration_ns, stream]`` of every CUDA-device record of a stopped profiler,
-    read through ``accessors`` (the ``_KinetoEvent`` methods captured before the candidate loaded)."""
+def device_records(result: Any, accessors: dict[str, Any], limit: int = 200_000) -> list[list[Any]]:
+    """``[name, start_ns, duration_ns, stream]`` of every CUDA-device record of a stopped profiler's
+    ``result`` (what ``torch._C._autograd._disable_profiler()`` returned), read only through
+    ``accessors`` (:func:`kineto_accessors`: the result's and the events' C functions and types,
+    captured before the candidate loaded; a patched pybind class or a look-alike object is not
+    read: its type is checked)."""
+    if type(result) is not accessors["result_type"]:
+        raise RuntimeError(f"the profiler's result is a {type(result).__name__}, not the profiler's")
+    event_type = accessors["event_type"]
     name, dev, start, dur, stream = (accessors[k] for k in ("name", "device_type", "start_ns", "duration_ns",
                                                             "device_resource_id"))
     out: list[list[Any]] = []
-    for e in prof.profiler.kineto_results.events():
+    for e in accessors["events"](result):
+        if type(e) is not event_type:
+            raise RuntimeError(f"a profiler event is a {type(e).__name__}")
         if "CUDA" not in str(dev(e)):
             continue
         out.append([str(name(e))[:200], int(start(e)), int(dur(e)), int(stream(e))])
@@ -221,9 +229,14 @@ def device_records(prof: Any, accessors: dict[str, Any], limit: int = 200_000) -
 
 
 def kineto_accessors(torch: Any) -> dict[str, Any]:
-    """The profiler event accessors, captured now (pybind11 classes can be patched later)."""
-    ke = torch._C._autograd._KinetoEvent
-    return {k: getattr(ke, k) for k in ("name", "device_type", "start_ns", "duration_ns", "device_resource_id")}
+    """The profiler's C functions, captured now (pybind11 classes can be patched later): the stop
+    (``disable``), the result's and the events' types, the result's ``events`` and the event
+    accessors."""
+    ag = torch._C._autograd
+    ke, pr = ag._KinetoEvent, ag._ProfilerResult
+    out = {k: getattr(ke, k) for k in ("name", "device_type", "start_ns", "duration_ns", "device_resource_id")}
+    out.update(disable=ag._disable_profiler, result_type=pr, events=pr.events, event_type=ke)
+    return out
 
 
 __all__ = ["NON_COMPUTE", "op_cost", "make_foreign_work", "warm_up", "device_records", "kineto_accessors",

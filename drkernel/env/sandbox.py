@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 from drkernel.env.result import EnvironmentFailure
 from drkernel.env.proclimits import EXIT_UNKNOWN, child_limits
+from drkernel.env.seal import EXIT_TAMPERED
 
 MAX_MESSAGE_BYTES = 8 << 20
 TAIL_BYTES = 64 << 10
@@ -440,6 +441,13 @@ class CandidateProcess:
         except subprocess.TimeoutExpired:
             code = None
         self._reader.join(timeout=1.0)
+        if code == EXIT_TAMPERED:  # the worker's seal found the harness's namespaces changed (drkernel.env.seal)
+            tail = self.output_tail()
+            detail = next((line for line in tail.splitlines() if "harness tampered" in line), "")
+            self.failure = CandidateFailure("forged", f"{message}: the candidate's code changed the harness's own "
+                                                      f"code or state ({detail.strip()[:300]})", tail)
+            self._kill_group()
+            return self.failure
         if code is not None and code != EXIT_UNKNOWN:
             if code < 0:
                 try:

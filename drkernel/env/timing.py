@@ -10,9 +10,12 @@ Per call, on CUDA::
     forward(*inputs)                                              the model's kernels queue behind
     release: what the harness let go of since the last call is   the candidate's finalisers run
       freed, the young generation collected                       only here (Harness._release)
-    fence_end (queued)                                           ---- the window closes (on the GPU)
+    where the output lies noted; the seal checked                 (drkernel.env.capture, .seal)
+    fence_end (queued, through Triton's C launcher)              ---- the window closes (on the GPU)
+    the output's bytes copied (queued, one C call)                what the spot checks will read
     integrity: the ledger and the fingerprint, read at once       host work while the GPU finishes
-    device-wide sync
+    the seal checked again (the checks ran torch's Python)
+    device-wide sync (the C function)
 
 The queued flush and hold keep the GPU busy while the host runs the call's Python and launch path,
 so the window holds device time, not the launcher's jitter (issue 8: 12% -> 1.2% spread of one
@@ -66,29 +69,21 @@ def persisting_l2_resetter():
     library can be found (then only the flush protects timing)."""
     import ctypes
 
-    path = None
-    try:
-        with open("/proc/self/maps") as fh:
-            for line in fh:
-                if "libcudart" in line:
-                    path = line.split()[-1]
-                    break
-    except OSError:
+    from drkernel.env.capture import cuda_runtime
+
+    lib = cuda_runtime()
+    if lib is None:
         return None
-    names = ([path] if path else []) + ["libcudart.so", "libcudart.so.13", "libcudart.so.12"]
-    for name in names:
-        try:
-            lib = ctypes.CDLL(name)
-            set_limit, reset = lib.cudaDeviceSetLimit, lib.cudaCtxResetPersistingL2Cache
-        except (OSError, AttributeError):
-            continue
-        set_limit.argtypes = [ctypes.c_int, ctypes.c_size_t]
+    try:
+        set_limit, reset = lib.cudaDeviceSetLimit, lib.cudaCtxResetPersistingL2Cache
+    except AttributeError:
+        return None
+    set_limit.argtypes = [ctypes.c_int, ctypes.c_size_t]
 
-        def _reset() -> bool:
-            return set_limit(_CUDA_LIMIT_PERSISTING_L2, 0) == 0 and reset() == 0
+    def _reset() -> bool:
+        return set_limit(_CUDA_LIMIT_PERSISTING_L2, 0) == 0 and reset() == 0
 
-        return _reset
-    return None
+    return _reset
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -210,6 +205,8 @@ class TimingHarness(Protocol):
     """``(hold, ms)``: the verified hold and its length; ``(None, 0.0)`` without one."""
     l2_reset_ok: bool | None
     """Whether every persisting-L2 reset so far succeeded; None when none ran."""
+    seal_slot: list
+    """``[check]`` (drkernel.env.seal) once the candidate is loaded; empty in a reference worker."""
 
     def reload(self, seed: int | None) -> None:
         """Restore the model's initial parameters, transformed by ``seed`` when given."""
@@ -220,11 +217,15 @@ class TimingHarness(Protocol):
     def call(self, inputs: list[Any], grad_mode: str, timed: bool) -> tuple[Any, dict[str, Any]]:
         """One call of the model, the same way for every call (see this module's docstring)."""
 
+    def captured(self, out: Any) -> Any:
+        """The copy of the call's output taken as its window closed, or None (not copied)."""
+
     def discard(self, obj: Any) -> None:
         """Let go of ``obj`` in the next call's window (the candidate's finalisers run only there)."""
 
     def finish_request(self, full: bool) -> None:
         """The request's integrity check."""
+
 
     def stop_profiler(self) -> list[list[Any]]:
         """Stop the CUDA profiler and return its device records."""
@@ -252,12 +253,16 @@ def run_calls(h: TimingHarness, req: TimeRequest) -> TimeReply:
     phases = dict.fromkeys(WORKER_PHASES, 0.0)
     if budget is not None:
         budget.reset_clock()
+    # read once, at the request's start (no candidate code has run since the last reply's check),
+    # and called after every stretch of torch's Python (drkernel.env.seal)
+    seal = h.seal_slot[0] if h.seal_slot else (lambda where: None)
     t_begin = perf()
     for i in range(n):
         t0 = perf()
         if req.reload_seeds:
             h.reload(req.reload_seeds[i])
         x = scale_floats(h.pool_inputs(seeds[i]), factors[i])
+        seal("before a call")  # the reload and the draw ran torch's Python
         t1 = perf()
         phases["inputs"] += t1 - t0
         try:
@@ -283,7 +288,9 @@ def run_calls(h: TimingHarness, req: TimeRequest) -> TimeReply:
             phases["spot"] += t3 - t2  # the question and its answer (a round trip to the grader)
             if plan is not None:
                 if type(out) is torch.Tensor:
-                    kept.append((i, h.spot.snapshot(out, plan), list(out.shape)))
+                    # the copy taken as the window closed (drkernel.env.capture), else the output now
+                    src = h.captured(out)
+                    kept.append((i, h.spot.snapshot(out if src is None else src, plan), list(out.shape)))
                 else:
                     kept.append((i, None, None))
             phases["snapshot"] += perf() - t3
@@ -292,6 +299,7 @@ def run_calls(h: TimingHarness, req: TimeRequest) -> TimeReply:
     total_s = perf() - t_begin
     t0 = perf()
     h.finish_request(full=True)  # integrity before anything the candidate could have patched runs
+    seal("after the request's checks")
     t1 = perf()
     spot_out = []
     for i, snap, shape in kept:
@@ -301,8 +309,10 @@ def run_calls(h: TimingHarness, req: TimeRequest) -> TimeReply:
         else:
             spot_out.append({"call": i, "out": None})
     del kept
+    seal("after the kept outputs were written")
     t2 = perf()
     records = h.stop_profiler() if cuda else []
+    seal("after the profiler stopped")
     phases.update(finish=t1 - t0, write=t2 - t1, profiler=perf() - t2)
     return TimeReply(host_ms=host_ms, launch_ms=launch_ms, foreign=foreign, spot=spot_out, total_s=total_s,
                      calls_without_launch=calls_without_launch, events=records,

@@ -56,6 +56,10 @@ def _mode_changed(now: tuple[Any, type, dict[str, Any]], before: tuple[Any, type
             or any(now[2][k] is not v for k, v in before[2].items()))
 
 
+def _no_seal(where: str) -> None:
+    """The seal where there is none (a reference worker: no candidate code runs in it)."""
+
+
 def _laps(into: dict[str, float]) -> Any:
     """``lap(name)``: the seconds since the previous lap (or this call) go to ``into[name]``."""
     last = [_perf()]
@@ -76,7 +80,8 @@ class Harness:
     """One worker's state. Lives only in :func:`main`'s frame: nothing module-level refers to it,
     and frames are out of the candidate's reach (:mod:`drkernel.env.audit`)."""
 
-    def __init__(self, workdir: str, device: str, fd: int, stage_fd: int | None = None):
+    def __init__(self, workdir: str, device: str, fd: int, stage_fd: int | None = None,
+                 seal_slot: list | None = None):
         import torch
 
         from drkernel.env import tensor_io
@@ -137,6 +142,11 @@ class Harness:
         # candidate code exists
         self._gc_disable, self._gc_collect = gc.disable, gc.collect
         self._trash: list[Any] = []
+        self._arm = self._commit = self._captured = None  # drkernel.env.capture, made at load
+        self.seal_slot: list = seal_slot if seal_slot is not None else []
+        """The seal's check (drkernel.env.seal), put here at the candidate's load. A list the request
+        loop also holds: read from it, the check is not looked up on a class the candidate reaches."""
+        self._cuda_sync = getattr(torch._C, "_cuda_synchronize", None)  # the C function (no Python of torch's)
 
     # -- warm start (no candidate yet) --------------------------------------------------------------
     def warm_cuda(self) -> None:
@@ -191,9 +201,12 @@ class Harness:
         from drkernel.env.protocol import Failure, LoadReply
         from drkernel.env.task import SeededRandom, Task, TaskError, parameter_shapes, split_init_inputs
 
+        from drkernel.env.capture import make_capture
+
         torch = self.torch
         t0 = _perf()
         self._gc_disable()  # for the rest of the process: see _release
+        self._arm, self._commit, self._captured = make_capture(torch, self.device)
         self.role = req.role
         self.entry_point = req.entry_point
         os.environ["DRKERNEL_TASK_SIZE"] = req.task_size  # this process's own environment (one thread)
@@ -229,6 +242,7 @@ class Harness:
         self._start_measuring(req)  # the profiler starts before the process is confined
         lap("profiler")
         self._confine(req)
+        seal = self.seal_slot[0]  # bound before any candidate code exists
         lap("confine")
         self.auditor.enforcing = True
         try:
@@ -261,6 +275,7 @@ class Harness:
         self.params_reloadable_buffers = mine[1] == want[1]
         self._keep_initial()
         self.finish_request(full=True)
+        seal("after the load")
         lap("fingerprint")
         return LoadReply(load_s=_perf() - t0, buffers_reloaded=self.params_reloadable_buffers,
                          isolation=self.isolation, phases_s=phases)
@@ -271,6 +286,7 @@ class Harness:
         from drkernel.env.protocol import RunReply
 
         torch = self.torch
+        seal = self.seal_slot[0] if self.seal_slot else _no_seal  # at the request's start
         phases: dict[str, float] = {}
         lap = _laps(phases)
         self.reload(req.reload_seed)
@@ -289,6 +305,7 @@ class Harness:
                                  + trim_traceback(exc, self.candidate_file)) from None
         self.discard(out)
         lap("call")
+        seal("after a checked call")
         reply = RunReply(launches=call["launches"], call_s=call["host_ms"] / 1e3, foreign=call["foreign"],
                          draw_s=draw_s, phases_s=phases)
         if not isinstance(out, torch.Tensor):
@@ -302,6 +319,7 @@ class Harness:
         reply.dense = is_dense(out)
         reply.strides = [int(s) for s in out.stride()]
         reply.mutated = [i for i, (a, b) in enumerate(zip(tensors, pristine)) if not _same_bits(a, b)]
+        seal("after the output's checks")
         lap("checks")
         t0 = _perf()
         reply.out = self.tensor_io.write_tensor(out, self.workdir, req.out_name, self.stage)
@@ -327,6 +345,11 @@ class Harness:
         torch = self.torch
         cuda = self.device == "cuda"
         perf = _perf
+        # bound before the window: after it, nothing is looked up until the output is copied
+        arm, commit = self._arm, self._commit
+        fence_end = self.fences.end if cuda else None
+        seal = self.seal_slot[0] if self.seal_slot else _no_seal
+        sync = self._cuda_sync
         t_pre = perf()
         self._keep_alive(inputs)
         t_kept = t_synced = perf()
@@ -335,7 +358,7 @@ class Harness:
             if self.reset_l2 is not None:
                 ok = self.reset_l2()
                 self.l2_reset_ok = ok if self.l2_reset_ok is None else (self.l2_reset_ok and ok)
-            torch.cuda.synchronize()
+            sync()
             t_synced = perf()
             self.flush.zero_()  # queued ahead of the call: the GPU is busy while the host launches
             if hold is not None:
@@ -354,10 +377,16 @@ class Harness:
             with grad():
                 out = self.model(*inputs)
                 self._release()
+        arm(out)  # still inside the window (drkernel.env.capture)
+        seal("after the forward")  # (inside the window on CUDA: what the candidate changed is seen first)
         t1 = perf()
         if cuda:
-            self.fences.end()
-        t_after = perf()
+            fence_end()
+            commit()  # the output's bytes, queued right behind the closing fence
+            t_after = perf()
+        else:
+            t_after = perf()
+            commit()
         # The checks of what the call left behind. On CUDA they are host work done while the GPU
         # still runs the candidate's kernels behind the hold, before the sync, instead of after it
         # inside the GPU's exclusive hold (~0.3 ms a call). What of the candidate's could still run
@@ -365,11 +394,12 @@ class Harness:
         # the old order too (the spot round trip, the next inputs); threads and signals are refused;
         # the request's full check comes after all calls.
         self.after_call()
+        seal("after the call's checks")  # they ran torch's Python: nothing of the harness's is used before this
         t3 = perf()
         foreign, launches = self._foreign_total() - foreign_before, self.recorder.total()
         t4 = perf()
         if cuda:
-            torch.cuda.synchronize()
+            sync()
             host_s = (perf() - t0) - (t4 - t_after)
         else:  # the host clock times the call itself: the checks are not in it
             host_s = t_after - t0
@@ -393,6 +423,13 @@ class Harness:
             old, n = self._kept.popleft()
             self.discard(old)
             self._kept_bytes -= n
+
+    def captured(self, out: Any) -> Any:
+        """The copy of ``out`` taken as the call's window closed (:mod:`drkernel.env.capture`), or None."""
+        try:
+            return self._captured(out)
+        except RuntimeError as exc:
+            raise CandidateError("timing", str(exc)) from None
 
     def discard(self, obj: Any) -> None:
         """Let go of ``obj`` (a call's output, earlier inputs) in the next call's window, not now."""
@@ -490,7 +527,15 @@ class Harness:
             extra = (("ForeignWork", type(self.mode)),)
         self.guard = StateGuard(torch, extra_classes=extra)
         self.guard.snapshot()
-        self.isolation["audit"] = "python audit hook, thread/mode/conversion guards, state fingerprint"
+        from drkernel.env.seal import make_seal
+
+        guards = list(self.auditor.guard_functions) + [fn for _, _, fn in self.recorder.installed]
+        cells = [c for fn in guards for c in (getattr(fn, "__closure__", None) or ())]
+        zero = [("the torch function mode stack", torch._C._len_torch_function_stack),
+                ("the torch dispatch mode stack", torch._C._len_torch_dispatch_stack)]
+        self.seal_slot[:] = [make_seal(cells=cells, zero=zero)]
+        self.isolation["audit"] = ("python audit hook, thread/mode/conversion guards, state fingerprint, "
+                                   "sealed harness namespaces")
 
     def _install_foreign_mode(self) -> None:
         """The CPU dispatch mode that costs torch work outside the candidate's kernels."""
@@ -533,15 +578,19 @@ class Harness:
             self.profiler.start()
 
     def stop_profiler(self) -> list[list[Any]]:
+        """Stop the profiler and read its device records, through C functions captured at the
+        worker's start only (drkernel.env.profiling.kineto_accessors): torch's Python stop path
+        looks things up in namespaces the candidate can rebind."""
         from drkernel.env.profiling import device_records
 
         prof, self.profiler = self.profiler, None
         if prof is None:
             return []
-        prof.stop()
+        records = device_records(self.kineto["disable"](), self.kineto)
         if self.guard is not None:
             self.guard.accept(["profiler_enabled"])  # the harness stopped it (after the request's check)
-        return device_records(prof, self.kineto)
+        return records
+
 
     def after_call(self) -> None:
         """Right after a call returns: the audit's new records and the cheap part of the fingerprint."""
@@ -635,8 +684,9 @@ def main(argv: list[str]) -> int:
     from drkernel.env import protocol as P
 
     device = os.environ.get("DRKERNEL_WORKER_DEVICE", "cpu")
+    seal_slot: list = []  # the seal's check, put here at load (read by index: no lookup on a class)
     try:
-        harness = Harness(workdir, device, fd, stage_fd)
+        harness = Harness(workdir, device, fd, stage_fd, seal_slot=seal_slot)
         if device.startswith("cuda"):
             harness.warm_cuda()
         else:
@@ -652,11 +702,23 @@ def main(argv: list[str]) -> int:
         conn.send_bytes(P.encode_reply(P.Failure(stage="compile", error=f"{type(exc).__name__}: {exc}",
                                                  fault="harness")))
         return 3
-    send, recv, encode, decode = conn.send_bytes, conn.recv_bytes, P.encode_reply, P.decode_envelope
+    recv, encode, decode = conn.recv_bytes, P.encode_reply, P.decode_envelope
     import gc
 
     gc_isenabled, gc_disable, gc_enable = gc.isenabled, gc.disable, gc.enable  # bound before any candidate code
-    cuda_sync = harness.torch.cuda.synchronize if device.startswith("cuda") else None
+    cuda_sync = harness._cuda_sync if device.startswith("cuda") else None  # the C function
+    write = os.write
+
+    def send(data: bytes) -> None:
+        """The connection's framing (as Connection.send_bytes), written with the C function bound
+        here: the reply leaves through nothing the candidate can rebind (the Connection class can be)."""
+        n = len(data)
+        head = n.to_bytes(4, "big", signed=True) if n <= 0x7FFFFFFF else (-1).to_bytes(4, "big", signed=True) \
+            + n.to_bytes(8, "big", signed=False)
+        for chunk in (head, data):
+            view = memoryview(chunk)
+            while view:
+                view = view[write(fd, view):]
     while True:
         try:
             raw = recv()
@@ -681,6 +743,8 @@ def main(argv: list[str]) -> int:
             fault = "candidate" if harness.candidate_file is not None else "harness"
             reply = P.Failure(stage=stage, error=trim_traceback(exc, harness.candidate_file), fault=fault)
         harness.finish_request(full=False)
+        if seal_slot:  # the checks above ran torch's Python: the harness's namespaces before its encoding
+            seal_slot[0]("before the reply")
         data = encode(reply, harness.take_findings(), nonce)
         # The reply ends the request's hold of the GPU gate in the grader: code of the candidate's that
         # ran since its last call (a weakref callback as the op's frame let go of an object, a

@@ -101,3 +101,25 @@ def test_no_own_kernel_and_no_activity():
     (w,) = cut_windows(recs, 1, S)
     assert w.own_launches == 0 and coverage_of([w]) == 0.0
     assert coverage_of(cut_windows(call(0, []), 1, S)) is None
+
+
+def test_own_kernels_between_the_calls_are_work_outside_the_call():
+    """The harness runs none of the candidate's kernels between calls: an own kernel after the end
+    fence (work deferred past forward, e.g. by a hook the harness's next step triggers) is counted;
+    the same kernel inside the window, or at load before the first call, is not."""
+    from drkernel.env.attribution import own_outside_windows
+
+    honest = call(0, [(f"k{S}", 0, 10_000, MAIN)]) + call(2_000_000, [(f"k{S}", 0, 10_000, MAIN)])
+    at_load = [[f"init{S}", -500_000, 7_000, MAIN]]
+    assert own_outside_windows(at_load + honest, 2, S) == (0, 0)
+    deferred = call(0, [(f"token{S}", 0, 1_000, MAIN)])
+    end = max(r[1] + r[2] for r in deferred if r[0] == FENCE_END)
+    deferred.append([f"real{S}", end + 200, 40_000, MAIN])  # queued after the end fence, before the sync
+    deferred += call(2_000_000, [(f"token{S}", 0, 1_000, MAIN)])
+    deferred.append([f"late{S}", 9_000_000, 5_000, SIDE])  # another stream, after the last call
+    assert own_outside_windows(deferred, 2, S) == (2, 45_000)
+    # the windows themselves never see it: the call looks like a 1 us kernel
+    assert [w.time_ns for w in cut_windows(deferred, 2, S)] == [1_000, 1_000]
+    assert own_outside_windows(honest, 2, None) == (0, 0)
+    with pytest.raises(ForgedRecords):
+        own_outside_windows(honest, 3, S)

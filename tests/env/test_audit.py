@@ -65,6 +65,11 @@ PROBE = textwrap.dedent('''
     # the CUDA runtime's bindings (cudaHostRegister) and the CUDA profiler's switches
     attempt("cudart", lambda: torch.cuda.cudart())
     attempt("cuda_profiler", lambda: torch.cuda.profiler.start())
+    # raw memory behind an integer: ctypes' cast and NumPy's ctypes bridge (no audit event of their own)
+    import numpy
+    ct = numpy.ctypeslib.ctypes
+    attempt("ctypes_cast", lambda: ct.cast(torch.ones(2).data_ptr(), ct.POINTER(ct.c_float)))
+    attempt("ctypeslib", lambda: numpy.ctypeslib.as_array(ct.pointer(ct.c_float(1.0)), shape=(1,)))
     # reaching a guard's closure yields only sealed callables, never the original thread starter
     cell = sysmod.modules["_thread"].start_new_thread.__closure__
     results["closure"] = sorted(f"{type(c.cell_contents).__name__}:{getattr(c.cell_contents, '__name__', '')}"
@@ -96,7 +101,7 @@ def test_operations_the_candidate_makes_are_refused_and_recorded(tmp_path):
     r = res["results"]
     for name in ("getframe", "open", "gc_objects", "thread", "threading", "import_ftplib", "code_object",
                  "exec", "tb_frame", "pop_mode", "library", "settrace", "profiler_state", "gc_enable", "gc_threshold",
-                 "cudart", "cuda_profiler"):
+                 "cudart", "cuda_profiler", "ctypes_cast", "ctypeslib"):
         assert r[name] == "PermissionError", (name, r)
     # what kernels legitimately use still works
     for name in ("dataclass", "namedtuple", "math", "numpy_copy"):
@@ -108,7 +113,8 @@ def test_operations_the_candidate_makes_are_refused_and_recorded(tmp_path):
     text = " ".join(detail for _, detail in records)
     for needle in ("sys._getframe", "open('/etc/hostname')", "gc.get_objects", "starting a thread", "import 'ftplib'",
                    "__code__", "tb_frame", "_pop_mode", "Library.__init__", "sys.settrace", "addaudithook", "_profiler_enabled",
-                   "Tensor.numpy()", "gc.enable", "gc.set_threshold", "torch.cuda.cudart", "torch.cuda.start"):
+                   "Tensor.numpy()", "gc.enable", "gc.set_threshold", "torch.cuda.cudart", "torch.cuda.start", "ctypes/numpy.ctypeslib cast()",
+                   "ctypes/numpy.ctypeslib as_array()"):
         assert needle in text, (needle, records)
     assert all("cand.py:" in detail for _, detail in records if "hook" not in detail), [r for r in records if "cand.py:" not in r[1]]
 

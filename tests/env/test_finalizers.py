@@ -29,6 +29,8 @@ RUNNER = textwrap.dedent('''
     a, b = socket.socketpair()
     h = Harness(sys.argv[1], "cpu", a.fileno())
     h._gc_disable()  # as the load does
+    from drkernel.env.capture import make_capture
+    h._arm, h._commit, h._captured = make_capture(torch, "cpu")
     h.pool_inputs = lambda seed, distribution="native": [torch.full((4,), float(seed))]
     SLEEP = 0.05
 
@@ -57,6 +59,7 @@ RUNNER = textwrap.dedent('''
         h._trash.clear()
         h._kept.clear()
         h._kept_bytes = 0
+        h._arm, h._commit, h._captured = make_capture(torch, "cpu")  # (it holds the last output)
         gc.collect()
 
     res = {"gc_enabled": gc.isenabled()}
