@@ -542,6 +542,7 @@ _WATCH_MODULES = ("builtins", "json", "json.encoder", "json.decoder", "multiproc
 _STRICT_PREFIXES = ("drkernel.", "builtins", "multiprocessing.connection", "json", "struct", "time")
 #: Rebinding torch does itself, lazily (not the candidate's).
 _LAZY_REBINDS = frozenset({"torch.manual_seed", "torch.compile", "torch._dynamo"})
+LAZY_REBINDS = _LAZY_REBINDS
 
 
 class StateGuard:

@@ -68,7 +68,7 @@ def _clock():
     return tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["ns"])  # one binary for every length (launched through its C entry point)
 def _hold_kernel(start_ptr, ns):
     # start_ptr[0]: the start (zeroed before each hold); [1], [2]: SM cycles and nanoseconds the
     # publishing block spun, summed over holds (the effective SM clock, read by LaunchBudget.clock_mhz)
@@ -118,23 +118,35 @@ class Fences:
         the closing one runs right where the candidate's code may have left a patch behind."""
 
 
-def _captured_launch(compiled: Any, arg: Any, count: Any) -> Any:
-    """A zero-argument function launching ``compiled`` on ``arg`` on the default stream.
+def _c_launcher(compiled: Any) -> Any:
+    """``f(grid_x, *args)``: ``compiled`` launched on the default stream through the launcher's C
+    entry point, pointers passed as integers; None where that entry point is not a plain C
+    function or the kernel needs scratch memory (another Triton's launcher).
 
-    Through the launcher's C entry point itself when it can (Triton's Python ``__call__`` is looked
-    up on a class the candidate could patch, and a patch there would run its code right after the
-    closing fence is queued, outside the call's window): the pointer is passed as an integer, no
-    scratch memory is needed (both checked), and one launch this way must advance the fence's
-    counter (``count``), else the launcher's Python path is used, as before."""
+    Triton's Python ``__call__`` is looked up on a class the candidate's code could rebind; a
+    rebinding there would run its code right where the harness launches its own kernels (after the
+    closing fence: outside the call's window; before the hold: with the call's parameters loaded)."""
     run, function, meta = compiled.run, compiled.function, compiled.packed_metadata
-    python_path = lambda: run(1, 1, 1, 0, function, meta, None, None, None, arg)  # noqa: E731
     c_launch = getattr(run, "launch", None)
     if (type(c_launch).__name__ != "builtin_function_or_method" or getattr(run, "global_scratch_size", 0)
             or getattr(run, "profile_scratch_size", 0)):
+        return None
+    coop, pdl = bool(getattr(run, "launch_cooperative_grid", False)), bool(getattr(run, "launch_pdl", False))
+    return lambda grid_x, *args: c_launch(grid_x, 1, 1, 0, function, coop, pdl, None, None, meta, None, None, None,
+                                          *args)
+
+
+def _captured_launch(compiled: Any, arg: Any, count: Any) -> Any:
+    """A zero-argument function launching ``compiled`` on ``arg`` on the default stream: through
+    :func:`_c_launcher` when one launch that way advances the fence's counter (``count``), else
+    through the launcher's Python path, as before."""
+    run, function, meta = compiled.run, compiled.function, compiled.packed_metadata
+    python_path = lambda: run(1, 1, 1, 0, function, meta, None, None, None, arg)  # noqa: E731
+    c = _c_launcher(compiled)
+    if c is None:
         return python_path
-    coop, pdl, ptr = bool(getattr(run, "launch_cooperative_grid", False)), bool(getattr(run, "launch_pdl", False)), \
-        int(arg.data_ptr())
-    c_path = lambda: c_launch(1, 1, 1, 0, function, coop, pdl, None, None, meta, None, None, None, ptr)  # noqa: E731
+    ptr = int(arg.data_ptr())
+    c_path = lambda: c(1, ptr)  # noqa: E731
     try:
         before = count()
         c_path()
@@ -158,15 +170,22 @@ class LaunchBudget:
     cycles and nanoseconds summed for :meth:`clock_mhz`."""
     reason: str | None = None
     probe_gap_ms: float | None = None
+    c_hold: Any = None
+    """``f(ns)``: the hold through Triton's C entry point (:func:`_c_launcher`), checked at
+    :meth:`prepare`; None: the JIT's Python path."""
     """Probe's start minus the hold's end (>= 0: the probe waited for the hold)."""
     regs_per_thread: int | None = None
     verified_by: str | None = None
     """"worker" (its own probe) or "grader" (:meth:`adopt`)."""
 
     def hold(self, ms: float) -> None:
-        """Queue a hold of ``ms`` milliseconds on the current stream (nothing unless verified)."""
+        """Queue a hold of ``ms`` milliseconds on the default stream (nothing unless verified)."""
         if self.verified and ms > 0:
-            _launch(self.start, self.blocks, ms)
+            if self.c_hold is not None:
+                self.start[:1].zero_()
+                self.c_hold(int(ms * 1e6))
+            else:
+                _launch(self.start, self.blocks, ms)
 
     def reset_clock(self) -> None:
         """Start a new measurement of the SM clock (the holds queued from now on)."""
@@ -214,10 +233,12 @@ class LaunchBudget:
         props = torch.cuda.get_device_properties(device)
         blocks, per_sm = blocks_to_fill(props)
         start = torch.zeros(3, dtype=torch.int64, device=device)  # the start word, then the clock's sums
-        regs = _n_regs(_launch(start, blocks, 0.001))
+        compiled = _launch(start, blocks, 0.001)
+        regs = _n_regs(compiled)
         _stamp_kernel.warmup(start, grid=(1,))  # the probe's kernel compiled now, launched only by verify
         problem = fit_problem(props, per_sm, regs)
-        return cls(blocks, False if problem else None, start, problem, regs_per_thread=regs)
+        return cls(blocks, False if problem else None, start, problem, regs_per_thread=regs,
+                   c_hold=_checked_c_hold(torch, compiled, blocks, start))
 
     def verify(self, torch: Any) -> bool:
         """Probe once (later calls return the first answer): a one-thread kernel on a second stream,
@@ -259,6 +280,24 @@ def fit_problem(props: Any, per_sm: int, regs_per_thread: int | None) -> str | N
 def _launch(start: Any, blocks: int, ms: float) -> Any:
     start[:1].zero_()
     return _hold_kernel[(blocks,)](start, int(ms * 1e6), num_warps=THREADS_PER_BLOCK // 32)
+
+
+def _checked_c_hold(torch: Any, compiled: Any, blocks: int, start: Any) -> Any:
+    """The hold through :func:`_c_launcher`, if one 1-microsecond launch that way publishes its
+    start and adds to the spin sums; else None (the JIT's path)."""
+    c = _c_launcher(compiled)
+    if c is None:
+        return None
+    ptr = int(start.data_ptr())
+    try:
+        start.zero_()
+        c(blocks, ptr, 1000)
+        torch.cuda.synchronize(start.device)
+        ok = int(start[0]) != 0 and int(start[2]) >= 1000
+        start.zero_()
+    except Exception:  # noqa: BLE001 - another Triton's launcher
+        return None
+    return (lambda ns: c(blocks, ptr, ns)) if ok else None
 
 
 def _n_regs(compiled: Any) -> int | None:

@@ -35,7 +35,7 @@ class LaunchRecorder:
     installed: list = field(default_factory=list)
 
     def reset(self) -> None:
-        self.counts = Counter()
+        self.counts.clear()  # the same object: the recorder's namespace stays as sealed (drkernel.env.seal)
 
     def total(self) -> int:
         return sum(self.counts.values())

@@ -33,11 +33,21 @@ EXIT_TAMPERED = 86
 
 
 def make_seal(prefixes: tuple[str, ...] = ("drkernel",), cells: Iterable[Any] = (),
-              zero: Iterable[tuple[str, Callable[[], int]]] = ()) -> Callable[[str], None]:
+              zero: Iterable[tuple[str, Callable[[], int]]] = (), classes: Iterable[type] = (),
+              objects: Iterable[tuple[str, Any]] = (), libraries: Iterable[str] = (),
+              lazy: frozenset[str] = frozenset()) -> Callable[[str], None]:
     """``check(where)``: returns if nothing changed, else ends the process (module docstring).
     ``zero``: ``(what, probe)`` pairs whose C-level probe must read 0 at every check (the torch
     function and dispatch mode stacks: a mode left active answers for the harness's own tensor
-    operations, the L2 flush among them)."""
+    operations, the L2 flush among them). ``classes``: more classes of the harness's that are not
+    module attributes (the CPU's cost-counting mode, made in a function) or library classes whose
+    methods the harness calls between calls (``torch.Tensor``, ``torch.nn.Parameter``: a method
+    added there shadows the C one). ``objects``: ``(name, instance)`` of harness objects the
+    candidate can reach (the launch recorder, through Triton's hook): their attributes.
+    ``libraries``: library modules whose bindings the harness's code looks up between the calls
+    (torch's top level: the task's ``get_inputs`` draws the next call's inputs through it, and a
+    rebinding there would see them before the call); ``lazy``: ``"module.name"`` bindings the
+    library rebinds itself (never looked up by the harness between calls): not differences."""
     module_dict = types.ModuleType.__dict__["__dict__"].__get__  # a module's real namespace
     class_dict = type.__dict__["__dict__"].__get__  # a class's own namespace, whatever its metaclass
     cell_type = type((lambda: prefixes).__closure__[0])
@@ -46,6 +56,7 @@ def make_seal(prefixes: tuple[str, ...] = ("drkernel",), cells: Iterable[Any] = 
     names = sorted(n for n in list(modules) if modules[n] is not None
                    and any(n == p or n.startswith(p + ".") for p in prefixes))
     spaces: list[tuple[str, Any, tuple]] = []
+    keys: dict[int, tuple] = {}  # namespace id -> its keys at the snapshot (for the slow path)
     seen: set[int] = set()
     for name in names + ["builtins"]:
         ns = module_dict(modules[name] if name != "builtins" else builtins)
@@ -57,19 +68,48 @@ def make_seal(prefixes: tuple[str, ...] = ("drkernel",), cells: Iterable[Any] = 
                 seen.add(id(value))
                 proxy = class_dict(value)
                 spaces.append((f"{owner}.{value.__qualname__}", proxy, tuple(proxy.values())))
+    for cls in classes:
+        if id(cls) not in seen:
+            seen.add(id(cls))
+            proxy = class_dict(cls)
+            spaces.append((f"{cls.__module__}.{cls.__qualname__}", proxy, tuple(proxy.values())))
+    for name in libraries:
+        mod = modules.get(name)
+        if mod is not None and id(mod) not in seen:
+            seen.add(id(mod))
+            ns = module_dict(mod)
+            spaces.append((name, ns, tuple(ns.values())))
+    for name, obj in objects:
+        ns = object.__getattribute__(obj, "__dict__")
+        spaces.append((name, ns, tuple(ns.values())))
     mods = tuple((n, modules[n]) for n in names)
     cell_snap = tuple((c, cell_contents(c)) for c in cells)
     probes = tuple(zero)
     is_, is_not, len_, all_, map_, tuple_, enumerate_ = operator.is_, operator.is_not, len, all, map, tuple, enumerate
+    zip_, frozenset_ = zip, frozenset
     get, exit_, module_type, isinstance_ = modules.get, os._exit, types.ModuleType, isinstance
     write, stderr_fd = os.write, 2
 
-    def _added_submodules_only(ns: Any, before: tuple) -> bool:
-        """Whether ``ns`` differs from ``before`` only by new module values at its end."""
-        now = tuple_(ns.values())
-        n = len_(before)
-        return (len_(now) > n and all_(map_(is_, now[:n], before))
-                and all_(isinstance_(v, module_type) for v in now[n:]))
+    for _, ns, _ in spaces:
+        keys[id(ns)] = tuple(ns.keys())
+    lazy_keys = frozenset(lazy)
+    id_ = id
+
+    def _benign(name: str, ns: Any, before: tuple) -> bool:
+        """Whether ``ns`` differs from ``before`` only by new module values (a package's late
+        imports) and by the library's own lazy rebindings (``lazy``)."""
+        old_keys = keys[id_(ns)]
+        for k, v in zip_(old_keys, before):
+            if (name + "." + k) in lazy_keys:
+                continue
+            if k not in ns or is_not(ns[k], v):
+                return False
+        old = frozenset_(old_keys)
+        for k, v in ns.items():
+            if k not in old and not isinstance_(v, module_type) and (name + "." + k) not in lazy_keys:
+                return False
+        keys[id_(ns)] = tuple_(ns.keys())
+        return True
 
     def check(where: str) -> None:
         for what, probe in probes:
@@ -78,7 +118,7 @@ def make_seal(prefixes: tuple[str, ...] = ("drkernel",), cells: Iterable[Any] = 
         for i, (name, ns, before) in enumerate_(spaces):
             now = ns.values()
             if len_(now) != len_(before) or not all_(map_(is_, now, before)):
-                if _added_submodules_only(ns, before):
+                if _benign(name, ns, before):
                     spaces[i] = (name, ns, tuple_(ns.values()))
                     continue
                 _tampered(f"{name} was changed ({where})")

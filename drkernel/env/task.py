@@ -337,34 +337,52 @@ def reload_parameters(model: torch.nn.Module, seed: int, buffers: bool = True) -
                    [b for b in model.buffers() if b.is_floating_point()] if buffers else [], seed)
 
 
-@torch.no_grad()
+# torch's functions the reload uses, bound at import: in the candidate's process a rebinding of
+# ``torch.rand`` (say) that restores itself would otherwise run its code during the reload, with the
+# new parameter values in reach, off the clock (drkernel.env.seal seals this module's bindings); the
+# grad mode through its C functions (torch.no_grad's Python looks up torch's namespace)
+_rand, _randn, _where, _ones_like, _Generator = torch.rand, torch.randn, torch.where, torch.ones_like, torch.Generator
+_FLOAT32 = torch.float32
+_set_grad, _grad_enabled = torch._C._set_grad_enabled, torch._C.is_grad_enabled
+
+
 def reload_tensors(params: list[torch.Tensor], buffers: list[torch.Tensor], seed: int) -> None:
     """:func:`reload_parameters` on tensors listed beforehand: the worker lists the candidate's
     parameters once, at load, so reloading them calls no method of the candidate's model (an
     overridden ``parameters()`` would otherwise run the candidate's code between its calls, off the
     clock). The worker also refuses parameter and buffer subclasses, so ``copy_`` and the arithmetic
     here are torch's own."""
+    was = _grad_enabled()
+    _set_grad(False)
+    try:
+        _reload(params, buffers, seed)
+    finally:
+        _set_grad(was)
+
+
+def _reload(params: list[torch.Tensor], buffers: list[torch.Tensor], seed: int) -> None:
     gens: dict[Any, torch.Generator] = {}
+    f32 = _FLOAT32
 
     def gen(device: torch.device) -> torch.Generator:
         g = gens.get(device)
         if g is None:
-            g = gens[device] = torch.Generator(device=device).manual_seed(int(seed) % (1 << 63))
+            g = gens[device] = _Generator(device=device).manual_seed(int(seed) % (1 << 63))
         return g
 
     for p in params:
         if not p.is_floating_point():
             continue
         g = gen(p.device)
-        u = torch.rand(p.shape, generator=g, device=p.device, dtype=torch.float32)
-        n = torch.randn(p.shape, generator=g, device=p.device, dtype=torch.float32)
+        u = _rand(p.shape, generator=g, device=p.device, dtype=f32)
+        n = _randn(p.shape, generator=g, device=p.device, dtype=f32)
         pf = p.detach().float()
         rms = pf.pow(2).mean().sqrt() if p.numel() else pf.new_ones(())
-        rms = torch.where(rms > 0, rms, torch.ones_like(rms))
+        rms = _where(rms > 0, rms, _ones_like(rms))
         p.copy_((pf * (0.5 + u) + 0.1 * rms * n).to(p.dtype))
     for b in buffers:
         if b.is_floating_point():
-            u = torch.rand(b.shape, generator=gen(b.device), device=b.device, dtype=torch.float32)
+            u = _rand(b.shape, generator=gen(b.device), device=b.device, dtype=f32)
             b.copy_((b.float() * (0.5 + u)).to(b.dtype))
 
 

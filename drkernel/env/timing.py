@@ -259,10 +259,10 @@ def run_calls(h: TimingHarness, req: TimeRequest) -> TimeReply:
     t_begin = perf()
     for i in range(n):
         t0 = perf()
-        if req.reload_seeds:
-            h.reload(req.reload_seeds[i])
-        x = scale_floats(h.pool_inputs(seeds[i]), factors[i])
-        seal("before a call")  # the reload and the draw ran torch's Python
+        x = scale_floats(h.pool_inputs(seeds[i]), factors[i])  # the task's code: torch's Python
+        seal("before a call")
+        if req.reload_seeds:  # after the draw: from the new parameters to the call, nothing that can
+            h.reload(req.reload_seeds[i])  # run the candidate's code (its weights prepared off the clock)
         t1 = perf()
         phases["inputs"] += t1 - t0
         try:

@@ -72,6 +72,12 @@ def _laps(into: dict[str, float]) -> Any:
     return lap
 
 
+#: Library modules the seal watches (drkernel.env.seal): the ones the draw of the next call's inputs
+#: and the harness's checks look things up in (a rebinding there would see the next inputs).
+SEALED_LIBRARIES = ("torch", "torch.nn.functional", "torch.functional", "torch.cuda", "torch.overrides",
+                    "torch.utils._python_dispatch", "torch.autograd.grad_mode", "numpy", "numpy.random",
+                    "random", "math", "operator", "functools", "itertools", "typing", "contextlib")
+
 #: Bytes of earlier calls' inputs a worker keeps alive (:meth:`Harness._keep_alive`).
 KEEP_BYTES = {"cuda": 1 << 30, "cpu": 512 << 20}
 
@@ -147,6 +153,9 @@ class Harness:
         """The seal's check (drkernel.env.seal), put here at the candidate's load. A list the request
         loop also holds: read from it, the check is not looked up on a class the candidate reaches."""
         self._cuda_sync = getattr(torch._C, "_cuda_synchronize", None)  # the C function (no Python of torch's)
+        # bound now, used between the calls where the candidate's rebindings must not reach
+        self._tensor_type = torch.Tensor
+        self._set_grad, self._grad_enabled = torch._C._set_grad_enabled, torch._C.is_grad_enabled
 
     # -- warm start (no candidate yet) --------------------------------------------------------------
     def warm_cuda(self) -> None:
@@ -289,12 +298,14 @@ class Harness:
         seal = self.seal_slot[0] if self.seal_slot else _no_seal  # at the request's start
         phases: dict[str, float] = {}
         lap = _laps(phases)
-        self.reload(req.reload_seed)
-        lap("reload")
         t0 = _perf()
-        inputs = self.pool_inputs(req.seed, req.distribution)
+        inputs = self.pool_inputs(req.seed, req.distribution)  # the task's code: torch's Python
         draw_s = _perf() - t0
-        tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+        lap("inputs")
+        seal("after the draw")
+        self.reload(req.reload_seed)  # (a correctness call is not timed: what runs after this matters less)
+        lap("reload")
+        tensors = [t for t in inputs if isinstance(t, self._tensor_type)]
         pristine = [t.clone() for t in tensors]
         self._prefill(int(req.prefill_bytes), req.prefill)
         lap("inputs")
@@ -378,7 +389,8 @@ class Harness:
                 out = self.model(*inputs)
                 self._release()
         arm(out)  # still inside the window (drkernel.env.capture)
-        seal("after the forward")  # (inside the window on CUDA: what the candidate changed is seen first)
+        if cuda:  # inside the window (the device's clock is the kernels' records): first, before any lookup
+            seal("after the forward")
         t1 = perf()
         if cuda:
             fence_end()
@@ -387,6 +399,7 @@ class Harness:
         else:
             t_after = perf()
             commit()
+            seal("after the forward")  # after the host clock stopped: not the candidate's time
         # The checks of what the call left behind. On CUDA they are host work done while the GPU
         # still runs the candidate's kernels behind the hold, before the sync, instead of after it
         # inside the GPU's exclusive hold (~0.3 ms a call). What of the candidate's could still run
@@ -415,8 +428,8 @@ class Harness:
         call's inputs do not reuse their memory: a result cached under an input's address (with its
         shape and version counter) is not found again, whether or not the call is checked. Those let
         go of are freed in this call's window (:meth:`discard`)."""
-        torch = self.torch
-        nbytes = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
+        tensor = self._tensor_type
+        nbytes = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, tensor))
         self._kept.append((inputs, nbytes))
         self._kept_bytes += nbytes
         while len(self._kept) > 2 and self._kept_bytes > KEEP_BYTES[self.device]:
@@ -497,11 +510,15 @@ class Harness:
 
         if not self._initial:
             return
-        with self.torch.no_grad():
+        was = self._grad_enabled()  # (C functions: torch.no_grad's Python is looked up in torch's namespace)
+        self._set_grad(False)
+        try:
             for t, v in zip(self._params + self._buffers, self._initial):
                 t.copy_(v)
             if seed is not None:
                 reload_tensors(self._params, self._buffers, seed)
+        finally:
+            self._set_grad(was)
 
     def pool_inputs(self, seed: int, distribution: str = "native") -> list[Any]:
         """The task's inputs for ``seed`` on this device (the grader draws the same)."""
@@ -514,7 +531,10 @@ class Harness:
         from drkernel.env.confine import confine, enter_private_environment
         from drkernel.env.launches import install_memory_fence, install_naming
 
+        from drkernel.env.array_interfaces import disable_array_interfaces
+
         torch = self.torch
+        numpy_interfaces = disable_array_interfaces()  # raw memory through NumPy: before any candidate code
         shared_cache = enter_private_environment(str(self.workdir))
         install_naming(self.candidate_file, req.kernel_suffix)
         self.isolation = confine(str(self.workdir), extra_read=[shared_cache] if shared_cache else None)
@@ -533,9 +553,16 @@ class Harness:
         cells = [c for fn in guards for c in (getattr(fn, "__closure__", None) or ())]
         zero = [("the torch function mode stack", torch._C._len_torch_function_stack),
                 ("the torch dispatch mode stack", torch._C._len_torch_dispatch_stack)]
-        self.seal_slot[:] = [make_seal(cells=cells, zero=zero)]
+        classes = [torch.Tensor, torch.nn.Parameter] + ([type(self.mode)] if self.mode is not None else [])
+        from drkernel.env.audit import LAZY_REBINDS
+
+        self.seal_slot[:] = [make_seal(cells=cells, zero=zero, classes=classes,
+                                       objects=[("the launch recorder", self.recorder)],
+                                       libraries=SEALED_LIBRARIES, lazy=LAZY_REBINDS)]
         self.isolation["audit"] = ("python audit hook, thread/mode/conversion guards, state fingerprint, "
                                    "sealed harness namespaces")
+        self.isolation["numpy_array_interfaces"] = ("disabled" if numpy_interfaces["disabled"]
+                                                    else f"NOT disabled: {numpy_interfaces['reason']}")
 
     def _install_foreign_mode(self) -> None:
         """The CPU dispatch mode that costs torch work outside the candidate's kernels."""

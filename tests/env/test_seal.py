@@ -29,7 +29,11 @@ RUNNER = textwrap.dedent('''
         return lambda: flag
     g = guard()
     from drkernel.env.seal import make_seal
-    check = make_seal(prefixes=("sealtest",), cells=g.__closure__, zero=[("a stack", lambda: depth[0])])
+    class Made:  # a harness class made in a function (not a module attribute)
+        def cost(self):
+            return 1
+    check = make_seal(prefixes=("sealtest",), cells=g.__closure__, zero=[("a stack", lambda: depth[0])],
+                      classes=[Made])
     case = sys.argv[1]
     if case == "new_submodule":
         pkg.extra = types.ModuleType("sealtest.extra")
@@ -48,6 +52,8 @@ RUNNER = textwrap.dedent('''
         builtins.len = lambda x: 0
     elif case == "stack":
         depth[0] = 1
+    elif case == "made_class":
+        Made.cost = lambda self: 0
     elif case == "restored":
         original = Worker.keep
         Worker.keep = lambda self, call: None
@@ -59,7 +65,7 @@ RUNNER = textwrap.dedent('''
 
 @pytest.mark.parametrize("case,tampered", [("nothing", False), ("new_submodule", False), ("restored", False),
                                            ("module_rebind", True), ("class_rebind", True), ("class_added", True),
-                                           ("sys_modules", True), ("cell", True), ("builtins", True),
+                                           ("sys_modules", True), ("cell", True), ("builtins", True), ("made_class", True),
                                            ("stack", True)])
 def test_any_rebinding_of_the_harness_ends_the_process(tmp_path, case, tampered):
     runner = tmp_path / "runner.py"

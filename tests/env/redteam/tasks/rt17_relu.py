@@ -1,0 +1,26 @@
+"""ReLU: out = max(x, 0), elementwise over a 2-D fp32 tensor."""
+import os
+
+import torch
+import torch.nn as nn
+
+SMALL = os.environ.get("DRKERNEL_TASK_SIZE", "full") == "small"
+
+batch_size = 7 if SMALL else 4096
+dim = 585 if SMALL else 16384
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
