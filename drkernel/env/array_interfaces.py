@@ -11,10 +11,11 @@ tensor's memory while a one-element kernel counted as the work. From there nothi
 is safe (the seal's snapshot, the harness's objects).
 
 NumPy looks both names up through interned strings it keeps in its extension's static data. Before
-the candidate's code exists, :func:`disable_array_interfaces` finds those slots (the writable
-pages of NumPy's ``_multiarray_umath`` extension and the anonymous pages right after them, its
-``.bss``) and points them at names nobody can know (random per process): NumPy then treats such
-objects as opaque Python objects. Checked right after (an object with an interface over a buffer of
+the candidate's code exists, :func:`disable_array_interfaces` finds those slots in the extension's
+own writable load segments (its data and ``.bss``, bounded by its ELF program headers: no other
+memory is read or written, and it writes only when each name is found exactly once) and points them
+at names nobody can know (random per process): NumPy then treats such objects as opaque Python
+objects. Checked right after (an object with an interface over a buffer of
 ours must come out as an object array); the worker reports the outcome with its isolation.
 NumPy's own ``as_strided`` (and what uses it: ``sliding_window_view``, ``vectorize`` with a
 signature) relies on an interface and stops working in the worker; neither the harness, torch nor
@@ -32,23 +33,39 @@ _NAMES = ("__array_interface__", "__array_struct__")
 _KEEP: list[str] = []  # the replacement names: alive for the process's life (NumPy holds them borrowed)
 
 
-def _extension_pages(so_path: str) -> list[tuple[int, int]]:
-    """Writable pages of the extension and the anonymous ones right after its mappings."""
+def _writable_segments(so_path: str) -> list[tuple[int, int]] | None:
+    """``[lo, hi)`` of each of the extension's own writable load segments in memory (its data and
+    ``.bss``), from its ELF program headers and the address it is mapped at; None if it cannot be
+    told."""
+    import struct
+
+    with open(so_path, "rb") as fh:
+        head = fh.read(64)
+        if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:  # 64-bit little-endian only
+            return None
+        phoff, = struct.unpack_from("<Q", head, 0x20)
+        phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
+        fh.seek(phoff)
+        table = fh.read(phentsize * phnum)
+    loads = []
+    for i in range(phnum):
+        p_type, p_flags, _off, vaddr, _paddr, _filesz, memsz, _align = struct.unpack_from("<IIQQQQQQ", table,
+                                                                                           i * phentsize)
+        if p_type == 1:  # PT_LOAD
+            loads.append((vaddr, memsz, p_flags))
+    writable = [seg for seg in loads if seg[2] & 2]
+    if not writable:
+        return None
+    base = None
     with open("/proc/self/maps") as fh:
-        rows = [line.split() for line in fh]
-    pages, after = [], False
-    for row in rows:
-        path = row[5] if len(row) >= 6 else ""
-        lo, hi = (int(x, 16) for x in row[0].split("-"))
-        if path == so_path:
-            if "w" in row[1]:
-                pages.append((lo, hi))
-            after = True
-        elif after and not path and "w" in row[1]:
-            pages.append((lo, hi))
-        else:
-            after = False
-    return pages
+        for line in fh:
+            row = line.split()
+            if len(row) >= 6 and row[5] == so_path and int(row[2], 16) == 0:
+                base = int(row[0].split("-")[0], 16) - (min(v for v, _, _ in loads) & ~0xFFF)
+                break
+    if base is None:
+        return None
+    return [((base + vaddr + 7) & ~7, (base + vaddr + memsz) & ~7) for vaddr, memsz, _ in writable]
 
 
 def disable_array_interfaces() -> dict[str, Any]:
@@ -63,19 +80,26 @@ def disable_array_interfaces() -> dict[str, Any]:
     so = os.path.realpath(getattr(umath, "__file__", "") or "")
     if not so:
         return {"disabled": False, "slots": {}, "reason": "numpy's _multiarray_umath extension not found"}
-    pages = _extension_pages(so)
-    slots: dict[str, int] = {}
-    for name in _NAMES:
-        target = id(sys.intern(name))
-        found = []
-        for lo, hi in pages:
-            words = (ctypes.c_uint64 * ((hi - lo) // 8)).from_address(lo)
-            found += [lo + 8 * i for i, w in enumerate(words) if w == target]
+    segments = _writable_segments(so)
+    if not segments:
+        return {"disabled": False, "slots": {}, "reason": "numpy's extension's writable segments not found"}
+    found: dict[str, list[int]] = {name: [] for name in _NAMES}
+    targets = {id(sys.intern(name)): name for name in _NAMES}
+    for lo, hi in segments:
+        words = (ctypes.c_uint64 * ((hi - lo) // 8)).from_address(lo)
+        for i, w in enumerate(words):
+            if w in targets:
+                found[targets[w]].append(lo + 8 * i)
+    slots = {name: len(addrs) for name, addrs in found.items()}
+    if any(n != 1 for n in slots.values()):  # only the one slot each NumPy keeps: nothing else is touched
+        return {"disabled": False, "slots": slots, "reason": "not exactly one slot per name in numpy's data"}
+    incref = ctypes.pythonapi.Py_IncRef
+    incref.argtypes = [ctypes.py_object]
+    for name, addrs in found.items():
         replacement = sys.intern(f"{name}{os.urandom(8).hex()}__")
         _KEEP.append(replacement)
-        for addr in found:
-            ctypes.c_uint64.from_address(addr).value = id(replacement)
-        slots[name] = len(found)
+        incref(replacement)  # NumPy owns a reference to what its slot holds
+        ctypes.c_uint64.from_address(addrs[0]).value = id(replacement)
     ok, reason = _check(np)
     return {"disabled": ok, "slots": slots, "reason": reason}
 

@@ -170,16 +170,17 @@ class LaunchBudget:
     cycles and nanoseconds summed for :meth:`clock_mhz`."""
     reason: str | None = None
     probe_gap_ms: float | None = None
+    """Probe's start minus the hold's end (>= 0: the probe waited for the hold)."""
     c_hold: Any = None
     """``f(ns)``: the hold through Triton's C entry point (:func:`_c_launcher`), checked at
     :meth:`prepare`; None: the JIT's Python path."""
-    """Probe's start minus the hold's end (>= 0: the probe waited for the hold)."""
     regs_per_thread: int | None = None
     verified_by: str | None = None
     """"worker" (its own probe) or "grader" (:meth:`adopt`)."""
 
     def hold(self, ms: float) -> None:
-        """Queue a hold of ``ms`` milliseconds on the default stream (nothing unless verified)."""
+        """Queue a hold of ``ms`` milliseconds (nothing unless verified): on the default stream
+        through the C launcher, else on torch's current stream (the worker's is the default one)."""
         if self.verified and ms > 0:
             if self.c_hold is not None:
                 self.start[:1].zero_()

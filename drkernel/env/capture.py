@@ -54,7 +54,9 @@ def make_capture(torch: Any, device: str) -> tuple[Callable[[Any], None], Callab
     ``arm(out)``: inside the window; ``commit()``: right after it; ``captured(out)``: after the
     device-wide sync, the copy viewed as ``out``'s dtype and shape, or None when ``out`` was not
     copied. Raises RuntimeError when a torch function or dispatch mode is active then (it could
-    answer for the harness's own tensor operations)."""
+    answer for the harness's own tensor operations). ``captured.status`` says whether copies are
+    made at all (not without a CUDA runtime library to call); ``captured.failures()`` counts copies
+    that failed (their outputs are read as before)."""
     base = torch._C.TensorBase
     tensor_type, uint8 = torch.Tensor, torch.uint8
     empty = torch.empty
@@ -62,20 +64,24 @@ def make_capture(torch: Any, device: str) -> tuple[Callable[[Any], None], Callab
     view, narrow = base.view, base.narrow
     modes = (torch._C._len_torch_function_stack, torch._C._len_torch_dispatch_stack)
     cuda = device == "cuda"
+    status = "copied as the window closes"
+    clear_error = None
     if cuda:
         rt = cuda_runtime()
-        if rt is None:
-            raise RuntimeError("no CUDA runtime library found for the output capture")
-        copy = rt.cudaMemcpyAsync
-        copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
-        copy.restype = ctypes.c_int
+        if rt is None:  # (a statically linked torch): the kept outputs are read as before
+            copy, status = None, "off: no CUDA runtime library found (kept outputs read when the answer arrives)"
+        else:
+            copy = rt.cudaMemcpyAsync
+            copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+            copy.restype = ctypes.c_int
+            clear_error = rt.cudaGetLastError
     else:
         copy = ctypes.memmove
     state: dict[str, Any] = {"buf": None, "cap": 0, "args": None, "armed": None, "failed": 0}
 
     def arm(out: Any) -> None:
         state["args"] = state["armed"] = None
-        if type(out) is not tensor_type or out.device.type != device or not is_contiguous(out):
+        if copy is None or type(out) is not tensor_type or out.device.type != device or not is_contiguous(out):
             return
         n = numel(out) * element_size(out)
         if n <= 0:
@@ -91,8 +97,10 @@ def make_capture(torch: Any, device: str) -> tuple[Callable[[Any], None], Callab
         args = state["args"]
         if args is not None:
             rc = copy(*args)
-            if cuda and rc != 0:
-                state["failed"], state["armed"] = rc, None
+            if cuda and rc != 0:  # the kept output is then read as before; the error is not left for torch
+                state["failed"] += 1
+                state["armed"] = None
+                clear_error()
 
     def captured(out: Any) -> Any:
         if modes[0]() or modes[1]():
@@ -102,6 +110,8 @@ def make_capture(torch: Any, device: str) -> tuple[Callable[[Any], None], Callab
         raw = narrow(state["buf"], 0, 0, state["args"][2])
         return view(view(raw, out.dtype), tuple(out.shape))
 
+    captured.status = status  # type: ignore[attr-defined]
+    captured.failures = lambda: state["failed"]  # type: ignore[attr-defined]
     return arm, commit, captured
 
 

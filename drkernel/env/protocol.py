@@ -41,7 +41,7 @@ import json
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 PROTOCOL_VERSION = 7
 
@@ -254,6 +254,53 @@ def encode_reply(body: Any, findings: list[list[str]] | None = None, nonce: str 
     payload = {"v": PROTOCOL_VERSION, "op": body.op, "ok": ok, "nonce": nonce, "findings": list(findings or []),
                **dataclasses.asdict(body)}
     return json.dumps(payload, default=str).encode()
+
+
+def worker_codec() -> tuple[Callable[[bytes], tuple[Any, str]], Callable[[Any, list[list[str]] | None, str], bytes]]:
+    """``(decode_envelope, encode_reply)`` for the worker, built before the candidate's code exists
+    from functions bound now: JSON through the C scanner and encoder, the replies' fields listed
+    now. (``json.dumps``/``loads`` look their helpers up in modules, and ``dataclasses.asdict``
+    copies every value through ``copy``'s dispatch table, a dict the candidate's code could change
+    under a sealed module: a float of the reply rewritten on its way out.) Without the C
+    accelerations, the plain functions (as before)."""
+    import json.decoder as jd
+    import json.encoder as je
+
+    reply_fields = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in (*REPLIES.values(), Failure, Hello)}
+    c_encoder, c_scanner = getattr(je, "c_make_encoder", None), getattr(jd, "c_make_scanner", None)
+    if c_encoder is None or c_scanner is None:
+        return decode_envelope, encode_reply
+    chunks = c_encoder(None, str, je.c_encode_basestring_ascii, None, ": ", ", ", False, False, True)
+    scan = c_scanner(jd.JSONDecoder())
+    join, failure, version = "".join, Failure, PROTOCOL_VERSION
+
+    def encode(body: Any, findings: list[list[str]] | None = None, nonce: str = "") -> bytes:
+        names = reply_fields[type(body)]
+        payload = {"v": version, "op": body.op, "ok": type(body) is not failure, "nonce": nonce,
+                   "findings": list(findings or [])}
+        for name in names:
+            payload[name] = getattr(body, name)
+        return join(chunks(payload, 0)).encode()
+
+    def decode(raw: bytes) -> tuple[Any, str]:
+        try:
+            text = raw.decode("utf-8")
+            data, end = scan(text, 0)
+        except (ValueError, StopIteration):
+            raise ProtocolError("not JSON") from None
+        if end != len(text) or type(data) is not dict:
+            raise ProtocolError("not a JSON object")
+        nonce = data.pop("nonce", "")
+        if type(nonce) is not str:
+            raise ProtocolError("the request's nonce is not a string")
+        if data.get("v") != version:
+            raise ProtocolError(f"protocol version {data.get('v')!r}, this worker speaks {version}")
+        cls = REQUESTS.get(data.get("op"))
+        if cls is None:
+            raise ProtocolError(f"unknown op {data.get('op')!r}")
+        return _build(cls, data), nonce
+
+    return decode, encode
 
 
 class ForgedMessage(ProtocolError):

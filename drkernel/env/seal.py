@@ -22,6 +22,7 @@ differences.
 from __future__ import annotations
 
 import builtins
+import itertools
 import operator
 import os
 import sys
@@ -79,15 +80,22 @@ def make_seal(prefixes: tuple[str, ...] = ("drkernel",), cells: Iterable[Any] = 
             seen.add(id(mod))
             ns = module_dict(mod)
             spaces.append((name, ns, tuple(ns.values())))
+
     for name, obj in objects:
         ns = object.__getattribute__(obj, "__dict__")
         spaces.append((name, ns, tuple(ns.values())))
     mods = tuple((n, modules[n]) for n in names)
+    # what each sealed module and object is: a module's class swapped for one with its own
+    # __getattribute__ answers every lookup through it without touching its namespace
+    kinds = tuple((m, type(m)) for m in [builtins, *(modules[n] for n in names),
+                                          *(modules[n] for n in libraries if modules.get(n) is not None),
+                                          *(obj for _, obj in objects)])
     cell_snap = tuple((c, cell_contents(c)) for c in cells)
     probes = tuple(zero)
     is_, is_not, len_, all_, map_, tuple_, enumerate_ = operator.is_, operator.is_not, len, all, map, tuple, enumerate
-    zip_, frozenset_ = zip, frozenset
+    zip_, frozenset_, type_, str_ = zip, frozenset, type, str
     get, exit_, module_type, isinstance_ = modules.get, os._exit, types.ModuleType, isinstance
+    repeat_ = itertools.repeat
     write, stderr_fd = os.write, 2
 
     for _, ns, _ in spaces:
@@ -95,9 +103,12 @@ def make_seal(prefixes: tuple[str, ...] = ("drkernel",), cells: Iterable[Any] = 
     lazy_keys = frozenset(lazy)
     id_ = id
 
-    def _benign(name: str, ns: Any, before: tuple) -> bool:
+    def _benign(name: str, ns: Any, before: tuple, where: str) -> bool:
         """Whether ``ns`` differs from ``before`` only by new module values (a package's late
         imports) and by the library's own lazy rebindings (``lazy``)."""
+        for k in ns:  # (iterating keys runs no code of a key's; hashing or comparing one might)
+            if type_(k) is not str_:
+                _tampered(f"{name} has a key that is not a str ({where})")
         old_keys = keys[id_(ns)]
         for k, v in zip_(old_keys, before):
             if (name + "." + k) in lazy_keys:
@@ -118,10 +129,15 @@ def make_seal(prefixes: tuple[str, ...] = ("drkernel",), cells: Iterable[Any] = 
         for i, (name, ns, before) in enumerate_(spaces):
             now = ns.values()
             if len_(now) != len_(before) or not all_(map_(is_, now, before)):
-                if _benign(name, ns, before):
+                if _benign(name, ns, before, where):
                     spaces[i] = (name, ns, tuple_(ns.values()))
                     continue
                 _tampered(f"{name} was changed ({where})")
+        for obj, kind in kinds:
+            if is_not(type_(obj), kind):
+                _tampered(f"a sealed module's or object's class was replaced ({where})")
+        if not all_(map_(is_, map_(type_, modules), repeat_(str_))):  # before hashing our names into it
+            _tampered(f"sys.modules has a key that is not a str ({where})")
         for name, mod in mods:
             if is_not(get(name), mod):
                 _tampered(f"sys.modules[{name!r}] was replaced ({where})")

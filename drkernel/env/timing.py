@@ -125,7 +125,8 @@ class SpotChannel:
         self._answer_bytes, self._decode = ANSWER_BYTES, decode_keep
         self._sample_index = make_sampler(torch)
         self._select, self._reshape = torch.Tensor.index_select, torch.Tensor.reshape
-        self._clone, self._sync = torch.Tensor.clone, torch.cuda.synchronize
+        # the device sync through its C function (torch.cuda.synchronize's Python looks things up)
+        self._clone, self._sync = torch.Tensor.clone, getattr(torch._C, "_cuda_synchronize", torch.cuda.synchronize)
         self._fd, self._read, self._write = fd, os.read, os.write
         cell: list[str] = [""]
         # The request's nonce is kept in a closure cell, not an attribute (same reach as the loop's)

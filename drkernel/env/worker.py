@@ -75,8 +75,23 @@ def _laps(into: dict[str, float]) -> Any:
 #: Library modules the seal watches (drkernel.env.seal): the ones the draw of the next call's inputs
 #: and the harness's checks look things up in (a rebinding there would see the next inputs).
 SEALED_LIBRARIES = ("torch", "torch.nn.functional", "torch.functional", "torch.cuda", "torch.overrides",
-                    "torch.utils._python_dispatch", "torch.autograd.grad_mode", "numpy", "numpy.random",
-                    "random", "math", "operator", "functools", "itertools", "typing", "contextlib")
+                    "torch.utils._python_dispatch", "torch.autograd.grad_mode", "torch._tensor", "torch.utils._device",
+                    "torch.cuda._utils", "torch._utils", "torch.random", "numpy", "numpy.random", "random", "math",
+                    "operator", "functools", "itertools", "typing", "contextlib", "collections", "json", "json.encoder",
+                    "json.decoder", "dataclasses", "copy", "multiprocessing.connection")
+
+def _sealed_library_classes() -> list[type]:
+    """Library classes whose methods the harness's steps between the calls run (the draw's mode and
+    device context, the exit stack, the device guard, the recorder's counter, the channel's JSON):
+    sealed too (drkernel.env.seal). Those missing from this torch are skipped."""
+    from drkernel.env.audit import _resolve
+
+    names = ("torch.overrides.TorchFunctionMode", "torch.utils._python_dispatch.TorchDispatchMode",
+             "torch.utils._device.DeviceContext", "contextlib.ExitStack", "torch.cuda.device", "collections.Counter",
+             "json.encoder.JSONEncoder", "json.decoder.JSONDecoder", "multiprocessing.connection.Connection",
+             "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode._DecoratorContextManager")
+    return [c for c in (_resolve(n) for n in names) if isinstance(c, type)]
+
 
 #: Bytes of earlier calls' inputs a worker keeps alive (:meth:`Harness._keep_alive`).
 KEEP_BYTES = {"cuda": 1 << 30, "cpu": 512 << 20}
@@ -308,7 +323,7 @@ class Harness:
         tensors = [t for t in inputs if isinstance(t, self._tensor_type)]
         pristine = [t.clone() for t in tensors]
         self._prefill(int(req.prefill_bytes), req.prefill)
-        lap("inputs")
+        lap("prefill")
         try:
             out, call = self.call(inputs, req.grad_mode, timed=False)
         except BaseException as exc:  # noqa: BLE001
@@ -461,11 +476,12 @@ class Harness:
         fingerprint reports it switched back on, and ``gc.enable``/``gc.set_threshold`` are refused
         to the candidate), the harness frees nothing of the candidate's between windows, and both
         happen here: whatever runs is timed as the call's (its device work lies between the
-        fences; on the CPU the host clock and the dispatch mode see it). Cycles that outlive the
-        young generation are never collected: their finalisers never run (a worker lives for one
-        evaluation)."""
+        fences; on the CPU the host clock and the dispatch mode see it). The two younger
+        generations are collected (a cycle held by a call's output is freed in the next call's
+        window); cycles that reach the oldest are never collected, and their finalisers never run
+        (a worker lives for one evaluation)."""
         self._trash.clear()
-        self._gc_collect(0)
+        self._gc_collect(1)  # the young and the middle generations: a cycle freed one call late too
 
     def _hold(self) -> tuple[Any, float]:
         """The launch budget for every call (verified at load, see :meth:`_verify_budget`)."""
@@ -553,7 +569,8 @@ class Harness:
         cells = [c for fn in guards for c in (getattr(fn, "__closure__", None) or ())]
         zero = [("the torch function mode stack", torch._C._len_torch_function_stack),
                 ("the torch dispatch mode stack", torch._C._len_torch_dispatch_stack)]
-        classes = [torch.Tensor, torch.nn.Parameter] + ([type(self.mode)] if self.mode is not None else [])
+        classes = [torch.Tensor, torch.nn.Parameter, *_sealed_library_classes()]
+        classes += [type(self.mode)] if self.mode is not None else []
         from drkernel.env.audit import LAZY_REBINDS
 
         self.seal_slot[:] = [make_seal(cells=cells, zero=zero, classes=classes,
@@ -561,6 +578,7 @@ class Harness:
                                        libraries=SEALED_LIBRARIES, lazy=LAZY_REBINDS)]
         self.isolation["audit"] = ("python audit hook, thread/mode/conversion guards, state fingerprint, "
                                    "sealed harness namespaces")
+        self.isolation["output_capture"] = getattr(self._captured, "status", "")
         self.isolation["numpy_array_interfaces"] = ("disabled" if numpy_interfaces["disabled"]
                                                     else f"NOT disabled: {numpy_interfaces['reason']}")
 
@@ -729,7 +747,24 @@ def main(argv: list[str]) -> int:
         conn.send_bytes(P.encode_reply(P.Failure(stage="compile", error=f"{type(exc).__name__}: {exc}",
                                                  fault="harness")))
         return 3
-    recv, encode, decode = conn.recv_bytes, P.encode_reply, P.decode_envelope
+    decode, encode = P.worker_codec()
+    read = os.read
+
+    def recv() -> bytes:
+        """One framed message (as Connection.recv_bytes), read with the C function bound here."""
+        def exactly(n: int) -> bytes:
+            parts, got = [], 0
+            while got < n:
+                chunk = read(fd, min(n - got, 1 << 20))
+                if not chunk:
+                    raise EOFError
+                parts.append(chunk)
+                got += len(chunk)
+            return b"".join(parts)
+        n = int.from_bytes(exactly(4), "big", signed=True)
+        if n == -1:
+            n = int.from_bytes(exactly(8), "big", signed=False)
+        return exactly(n)
     import gc
 
     gc_isenabled, gc_disable, gc_enable = gc.isenabled, gc.disable, gc.enable  # bound before any candidate code

@@ -204,3 +204,27 @@ def test_every_reply_round_trips_whatever_its_own_fields_say(body):
     assert not envelope & {f.name for f in __import__("dataclasses").fields(body)}
     reply = P.parse_reply(P.encode_reply(body, nonce="n"), body.op, "n")
     assert reply.ok and reply.body == body
+
+
+def test_the_workers_codec_matches_the_plain_one():
+    """The worker's reply encoder and request decoder (built from C functions before the candidate
+    loads) produce and read exactly what the plain ones do."""
+    import json
+
+    from drkernel.env import protocol as P
+
+    decode, encode = P.worker_codec()
+    replies = [P.Hello(ready=True, pid=3, start_parts={"a": 0.5}), P.Failure(stage="timing", error="x\u00e9"),
+               P.LoadReply(load_s=0.25, isolation={"k": "v"}), P.RunReply(launches=2, out={"stage": [0, 8]}),
+               P.TimeReply(host_ms=[1.0, float("nan")], events=[["k", 1, 2, 7]], spot=[{"call": 1, "out": None}]),
+               P.EventsReply(events=[])]
+    for body in replies:
+        mine = json.loads(encode(body, [["id", "detail"]], "n1"))
+        plain = json.loads(P.encode_reply(body, [["id", "detail"]], "n1"))
+        assert repr(mine) == repr(plain), (type(body).__name__, mine, plain)
+    for req in (P.TimeRequest(seeds=[1, 2], factors=[1.0, 0.5], warmup=1), P.EventsRequest()):
+        raw = P.encode_request(req, "nonce7")
+        assert decode(raw) == P.decode_envelope(raw)
+    for bad in (b"{", b"[1]", b'{"v": 1} x', b"\xff"):
+        with pytest.raises(P.ProtocolError):
+            decode(bad)

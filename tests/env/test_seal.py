@@ -52,6 +52,16 @@ RUNNER = textwrap.dedent('''
         builtins.len = lambda x: 0
     elif case == "stack":
         depth[0] = 1
+    elif case == "module_class":
+        class Evil(types.ModuleType):
+            pass
+        sub.__class__ = Evil
+    elif case == "odd_key":
+        class K(str):
+            pass
+        sub.__dict__[K("x")] = types.ModuleType("x")
+    elif case == "odd_sys_key":
+        sys.modules[1] = sub
     elif case == "made_class":
         Made.cost = lambda self: 0
     elif case == "restored":
@@ -66,6 +76,7 @@ RUNNER = textwrap.dedent('''
 @pytest.mark.parametrize("case,tampered", [("nothing", False), ("new_submodule", False), ("restored", False),
                                            ("module_rebind", True), ("class_rebind", True), ("class_added", True),
                                            ("sys_modules", True), ("cell", True), ("builtins", True), ("made_class", True),
+                                           ("module_class", True), ("odd_key", True), ("odd_sys_key", True),
                                            ("stack", True)])
 def test_any_rebinding_of_the_harness_ends_the_process(tmp_path, case, tampered):
     runner = tmp_path / "runner.py"
