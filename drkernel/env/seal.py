@@ -94,7 +94,7 @@ def make_seal(prefixes: tuple[str, ...] = ("drkernel",), cells: Iterable[Any] = 
     probes = tuple(zero)
     is_, is_not, len_, all_, map_, tuple_, enumerate_ = operator.is_, operator.is_not, len, all, map, tuple, enumerate
     zip_, frozenset_, type_, str_ = zip, frozenset, type, str
-    get, exit_, module_type, isinstance_ = modules.get, os._exit, types.ModuleType, isinstance
+    get, exit_, module_type = modules.get, os._exit, types.ModuleType
     repeat_ = itertools.repeat
     write, stderr_fd = os.write, 2
 
@@ -117,7 +117,8 @@ def make_seal(prefixes: tuple[str, ...] = ("drkernel",), cells: Iterable[Any] = 
                 return False
         old = frozenset_(old_keys)
         for k, v in ns.items():
-            if k not in old and not isinstance_(v, module_type) and (name + "." + k) not in lazy_keys:
+            # (the exact type: isinstance would read the value's __class__, which a property answers)
+            if k not in old and type_(v) is not module_type and (name + "." + k) not in lazy_keys:
                 return False
         keys[id_(ns)] = tuple_(ns.keys())
         return True
