@@ -9,7 +9,7 @@ Per call, on CUDA::
     fence_begin (queued)                                         ---- the call's window opens
     forward(*inputs)                                              the model's kernels queue behind
     release: what the harness let go of since the last call is   the candidate's finalisers run
-      freed, the young generation collected                       only here (Harness._release)
+      freed, two generations collected                            only here (Harness._release)
     where the output lies noted; the seal checked                 (drkernel.env.capture, .seal)
     fence_end (queued, through Triton's C launcher)              ---- the window closes (on the GPU)
     the output's bytes copied (queued, one C call)                what the spot checks will read

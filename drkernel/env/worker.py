@@ -465,7 +465,7 @@ class Harness:
 
     def _release(self) -> None:
         """Inside a call's window, after the forward returned: free what the harness let go of since
-        the last call, and collect the young generation.
+        the last call, and collect the two younger generations.
 
         The candidate's code may run whenever an object of its making is freed: ``__del__``, a
         weakref callback, a tensor's attribute holding either (inputs and outputs are tensors it
