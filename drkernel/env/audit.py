@@ -541,8 +541,7 @@ _WATCH_MODULES = ("builtins", "json", "json.encoder", "json.decoder", "multiproc
 #: Modules where a *new* name matters too (it could shadow a builtin the harness's code looks up).
 _STRICT_PREFIXES = ("drkernel.", "builtins", "multiprocessing.connection", "json", "struct", "time")
 #: Rebinding torch does itself, lazily (not the candidate's).
-_LAZY_REBINDS = frozenset({"torch.manual_seed", "torch.compile", "torch._dynamo"})
-LAZY_REBINDS = _LAZY_REBINDS
+LAZY_REBINDS = frozenset({"torch.manual_seed", "torch.compile", "torch._dynamo"})
 
 
 class StateGuard:
@@ -655,7 +654,7 @@ class StateGuard:
             for name, d, snap in self._modules:
                 strict = name.startswith(_STRICT_PREFIXES)
                 out.extend(c for c in _dict_changes(name, d, snap, strict=strict, builtin_names=self._builtin_names)
-                           if c.rsplit(" was ", 1)[0] not in _LAZY_REBINDS)
+                           if c.rsplit(" was ", 1)[0] not in LAZY_REBINDS)
         now = self._flags()
         for key, value in now.items():
             if key in self._values and self._values[key] != value:

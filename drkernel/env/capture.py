@@ -55,8 +55,8 @@ def make_capture(torch: Any, device: str) -> tuple[Callable[[Any], None], Callab
     device-wide sync, the copy viewed as ``out``'s dtype and shape, or None when ``out`` was not
     copied. Raises RuntimeError when a torch function or dispatch mode is active then (it could
     answer for the harness's own tensor operations). ``captured.status`` says whether copies are
-    made at all (not without a CUDA runtime library to call); ``captured.failures()`` counts copies
-    that failed (their outputs are read as before)."""
+    made at all (not without a CUDA runtime library to call); a copy that fails leaves its output
+    to be read as before."""
     base = torch._C.TensorBase
     tensor_type, uint8 = torch.Tensor, torch.uint8
     empty = torch.empty
@@ -77,7 +77,7 @@ def make_capture(torch: Any, device: str) -> tuple[Callable[[Any], None], Callab
             clear_error = rt.cudaGetLastError
     else:
         copy = ctypes.memmove
-    state: dict[str, Any] = {"buf": None, "cap": 0, "args": None, "armed": None, "failed": 0}
+    state: dict[str, Any] = {"buf": None, "cap": 0, "args": None, "armed": None}
 
     def arm(out: Any) -> None:
         state["args"] = state["armed"] = None
@@ -98,7 +98,6 @@ def make_capture(torch: Any, device: str) -> tuple[Callable[[Any], None], Callab
         if args is not None:
             rc = copy(*args)
             if cuda and rc != 0:  # the kept output is then read as before; the error is not left for torch
-                state["failed"] += 1
                 state["armed"] = None
                 clear_error()
 
@@ -111,7 +110,6 @@ def make_capture(torch: Any, device: str) -> tuple[Callable[[Any], None], Callab
         return view(view(raw, out.dtype), tuple(out.shape))
 
     captured.status = status  # type: ignore[attr-defined]
-    captured.failures = lambda: state["failed"]  # type: ignore[attr-defined]
     return arm, commit, captured
 
 

@@ -134,7 +134,11 @@ def decode_request(raw: bytes) -> Any:
 
 def decode_envelope(raw: bytes) -> tuple[Any, str]:
     """Worker side: bytes -> (request dataclass, the request's nonce, to echo in every message)."""
-    data = _json_object(raw)
+    return _request_from(_json_object(raw))
+
+
+def _request_from(data: dict[str, Any]) -> tuple[Any, str]:
+    """A request's JSON object -> (request dataclass, its nonce); ProtocolError on a bad envelope."""
     nonce = data.pop("nonce", "")
     if not isinstance(nonce, str):
         raise ProtocolError("the request's nonce is not a string")
@@ -290,17 +294,37 @@ def worker_codec() -> tuple[Callable[[bytes], tuple[Any, str]], Callable[[Any, l
             raise ProtocolError("not JSON") from None
         if end != len(text) or type(data) is not dict:
             raise ProtocolError("not a JSON object")
-        nonce = data.pop("nonce", "")
-        if type(nonce) is not str:
-            raise ProtocolError("the request's nonce is not a string")
-        if data.get("v") != version:
-            raise ProtocolError(f"protocol version {data.get('v')!r}, this worker speaks {version}")
-        cls = REQUESTS.get(data.get("op"))
-        if cls is None:
-            raise ProtocolError(f"unknown op {data.get('op')!r}")
-        return _build(cls, data), nonce
+        return _request_from(data)
 
     return decode, encode
+
+
+def read_exactly(read: Callable[[int, int], bytes], fd: int, n: int) -> bytes:
+    """``n`` bytes from ``fd`` through ``read`` (the caller's ``os.read``, bound before the candidate
+    loaded); EOFError when the other end closed."""
+    parts, got = [], 0
+    while got < n:
+        chunk = read(fd, min(n - got, 1 << 20))
+        if not chunk:
+            raise EOFError
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+def write_all(write: Callable[[int, Any], int], fd: int, data: bytes) -> None:
+    """All of ``data`` to ``fd`` through ``write`` (the caller's ``os.write``)."""
+    view = memoryview(data)
+    while view:
+        view = view[write(fd, view):]
+
+
+def frame_head(n: int) -> bytes:
+    """The length prefix of a message of ``n`` bytes, as ``multiprocessing.connection.Connection``
+    frames it (4 bytes big-endian, or -1 and 8 bytes beyond 2 GiB)."""
+    if n <= 0x7FFFFFFF:
+        return n.to_bytes(4, "big", signed=True)
+    return (-1).to_bytes(4, "big", signed=True) + n.to_bytes(8, "big", signed=False)
 
 
 class ForgedMessage(ProtocolError):

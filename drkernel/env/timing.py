@@ -117,7 +117,7 @@ class SpotChannel:
 
         import torch
 
-        from drkernel.env.protocol import spot_query
+        from drkernel.env.protocol import frame_head, read_exactly, spot_query, write_all
         from drkernel.env.spot import ANSWER_BYTES, decode_keep, make_sampler
 
         # everything the answers and the sampling use, bound now: a module the candidate puts in
@@ -128,6 +128,7 @@ class SpotChannel:
         # the device sync through its C function (torch.cuda.synchronize's Python looks things up)
         self._clone, self._sync = torch.Tensor.clone, getattr(torch._C, "_cuda_synchronize", torch.cuda.synchronize)
         self._fd, self._read, self._write = fd, os.read, os.write
+        self._frame, self._read_exactly, self._write_all = frame_head, read_exactly, write_all
         cell: list[str] = [""]
         # The request's nonce is kept in a closure cell, not an attribute (same reach as the loop's)
         self.arm = lambda nonce: cell.__setitem__(0, nonce)
@@ -136,9 +137,7 @@ class SpotChannel:
     def keep(self, call: int) -> tuple[int, int] | None:
         """None: not checked; else ``(seed, size)`` of the elements to send back (drkernel.env.spot)."""
         payload = self._query(call)
-        msg = len(payload).to_bytes(4, "big", signed=True) + payload
-        while msg:
-            msg = msg[self._write(self._fd, msg):]
+        self._write_all(self._write, self._fd, self._frame(len(payload)) + payload)
         head = self._exact(4)
         n = int.from_bytes(head, "big", signed=True)
         if n not in (1, self._answer_bytes):
@@ -168,13 +167,10 @@ class SpotChannel:
         return snap
 
     def _exact(self, n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = self._read(self._fd, n - len(buf))
-            if not chunk:
-                raise ConnectionError("the grader closed the connection")
-            buf += chunk
-        return buf
+        try:
+            return self._read_exactly(self._read, self._fd, n)
+        except EOFError:
+            raise ConnectionError("the grader closed the connection") from None
 
 
 class TimingHarness(Protocol):
@@ -226,7 +222,6 @@ class TimingHarness(Protocol):
 
     def finish_request(self, full: bool) -> None:
         """The request's integrity check."""
-
 
     def stop_profiler(self) -> list[list[Any]]:
         """Stop the CUDA profiler and return its device records."""

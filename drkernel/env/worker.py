@@ -80,6 +80,7 @@ SEALED_LIBRARIES = ("torch", "torch.nn.functional", "torch.functional", "torch.c
                     "operator", "functools", "itertools", "typing", "contextlib", "collections", "json", "json.encoder",
                     "json.decoder", "dataclasses", "copy", "multiprocessing.connection")
 
+
 def _sealed_library_classes() -> list[type]:
     """Library classes whose methods the harness's steps between the calls run (the draw's mode and
     device context, the exit stack, the device guard, the recorder's counter, the channel's JSON):
@@ -223,9 +224,8 @@ class Harness:
     # -- requests -----------------------------------------------------------------------------------
     def op_load(self, req: Any) -> Any:
         from drkernel.env.protocol import Failure, LoadReply
-        from drkernel.env.task import SeededRandom, Task, TaskError, parameter_shapes, split_init_inputs
-
         from drkernel.env.capture import make_capture
+        from drkernel.env.task import SeededRandom, Task, TaskError, parameter_shapes, split_init_inputs
 
         torch = self.torch
         t0 = _perf()
@@ -330,8 +330,7 @@ class Harness:
             raise CandidateError("correctness", "ModelNew.forward raised: "
                                  + trim_traceback(exc, self.candidate_file)) from None
         self.discard(out)
-        lap("call")
-        seal("after a checked call")
+        lap("call")  # (call() checked the seal last: nothing that can run the candidate's code since)
         reply = RunReply(launches=call["launches"], call_s=call["host_ms"] / 1e3, foreign=call["foreign"],
                          draw_s=draw_s, phases_s=phases)
         if not isinstance(out, torch.Tensor):
@@ -545,9 +544,10 @@ class Harness:
         """Confine the process, install the audit and the fingerprint, name the candidate's kernels."""
         from drkernel.env.audit import StateGuard
         from drkernel.env.confine import confine, enter_private_environment
-        from drkernel.env.launches import install_memory_fence, install_naming
-
         from drkernel.env.array_interfaces import disable_array_interfaces
+        from drkernel.env.audit import LAZY_REBINDS
+        from drkernel.env.launches import install_memory_fence, install_naming
+        from drkernel.env.seal import make_seal
 
         torch = self.torch
         numpy_interfaces = disable_array_interfaces()  # raw memory through NumPy: before any candidate code
@@ -563,16 +563,12 @@ class Harness:
             extra = (("ForeignWork", type(self.mode)),)
         self.guard = StateGuard(torch, extra_classes=extra)
         self.guard.snapshot()
-        from drkernel.env.seal import make_seal
-
         guards = list(self.auditor.guard_functions) + [fn for _, _, fn in self.recorder.installed]
         cells = [c for fn in guards for c in (getattr(fn, "__closure__", None) or ())]
         zero = [("the torch function mode stack", torch._C._len_torch_function_stack),
                 ("the torch dispatch mode stack", torch._C._len_torch_dispatch_stack)]
         classes = [torch.Tensor, torch.nn.Parameter, *_sealed_library_classes()]
         classes += [type(self.mode)] if self.mode is not None else []
-        from drkernel.env.audit import LAZY_REBINDS
-
         self.seal_slot[:] = [make_seal(cells=cells, zero=zero, classes=classes,
                                        objects=[("the launch recorder", self.recorder)],
                                        libraries=SEALED_LIBRARIES, lazy=LAZY_REBINDS)]
@@ -635,7 +631,6 @@ class Harness:
         if self.guard is not None:
             self.guard.accept(["profiler_enabled"])  # the harness stopped it (after the request's check)
         return records
-
 
     def after_call(self) -> None:
         """Right after a call returns: the audit's new records and the cheap part of the fingerprint."""
@@ -748,39 +743,24 @@ def main(argv: list[str]) -> int:
                                                  fault="harness")))
         return 3
     decode, encode = P.worker_codec()
-    read = os.read
+    read, write, read_exactly, write_all, frame_head = os.read, os.write, P.read_exactly, P.write_all, P.frame_head
 
     def recv() -> bytes:
         """One framed message (as Connection.recv_bytes), read with the C function bound here."""
-        def exactly(n: int) -> bytes:
-            parts, got = [], 0
-            while got < n:
-                chunk = read(fd, min(n - got, 1 << 20))
-                if not chunk:
-                    raise EOFError
-                parts.append(chunk)
-                got += len(chunk)
-            return b"".join(parts)
-        n = int.from_bytes(exactly(4), "big", signed=True)
+        n = int.from_bytes(read_exactly(read, fd, 4), "big", signed=True)
         if n == -1:
-            n = int.from_bytes(exactly(8), "big", signed=False)
-        return exactly(n)
+            n = int.from_bytes(read_exactly(read, fd, 8), "big", signed=False)
+        return read_exactly(read, fd, n)
     import gc
 
     gc_isenabled, gc_disable, gc_enable = gc.isenabled, gc.disable, gc.enable  # bound before any candidate code
     cuda_sync = harness._cuda_sync if device.startswith("cuda") else None  # the C function
-    write = os.write
 
     def send(data: bytes) -> None:
         """The connection's framing (as Connection.send_bytes), written with the C function bound
         here: the reply leaves through nothing the candidate can rebind (the Connection class can be)."""
-        n = len(data)
-        head = n.to_bytes(4, "big", signed=True) if n <= 0x7FFFFFFF else (-1).to_bytes(4, "big", signed=True) \
-            + n.to_bytes(8, "big", signed=False)
-        for chunk in (head, data):
-            view = memoryview(chunk)
-            while view:
-                view = view[write(fd, view):]
+        write_all(write, fd, frame_head(len(data)))
+        write_all(write, fd, data)
     while True:
         try:
             raw = recv()
