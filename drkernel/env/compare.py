@@ -64,9 +64,26 @@ def _chunks(n: int) -> range:
     return range(0, n, CHUNK)
 
 
+FUSED = True
+"""Float outputs on a GPU are compared by the kernels of :mod:`drkernel.env.compare_kernels` (one
+pass over the output and the reference); False: the torch operations below, everywhere."""
+
+
+def _fused(*tensors: torch.Tensor | None) -> bool:
+    if not FUSED:
+        return False
+    from drkernel.env import compare_kernels
+
+    return compare_kernels.applies(*[t for t in tensors if t is not None])
+
+
 def _rms_parts(rf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(rms, n_finite)`` of a flat reference over its finite elements, as device scalars (float64,
     int64), chunk by chunk: no read back."""
+    if _fused(rf):
+        from drkernel.env import compare_kernels
+
+        return compare_kernels.rms_parts(rf.contiguous())
     sq = torch.zeros((), dtype=torch.float64, device=rf.device)
     n_finite = torch.zeros((), dtype=torch.int64, device=rf.device)
     for s in _chunks(rf.numel()):
@@ -115,14 +132,19 @@ def compare_outputs(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: flo
         rms_t, n_fin_t = _rms_parts(rf)
     else:
         rms_t, n_fin_t = torch.tensor(float(scale), dtype=torch.float64, device=dev), None
-    floor = torch.where(rms_t > 0, rms_t * 1e-6, torch.full_like(rms_t, 1e-30))
-    counts = torch.zeros(3, dtype=torch.int64, device=dev)  # ref non-finite, output non-finite there, bad
-    maxima = torch.zeros(2, dtype=torch.float64, device=dev)  # max abs err, max rel err (both >= 0)
-    for s in _chunks(rf.numel()):
-        o, r, ref_finite, both, err, bound, bad = _chunk(of, rf, af, s, dev, wide, atol, rtol, rms_t)
-        rel = torch.where(both, err / torch.maximum(r.abs(), floor), 0.0)
-        counts += torch.stack([(~ref_finite).sum(), (ref_finite & ~both).sum(), bad.sum()])
-        maxima = torch.maximum(maxima, torch.stack([err.max(), rel.max()]))
+    if _fused(of, rf):  # one pass over both (drkernel.env.compare_kernels): the same counts and maxima
+        from drkernel.env import compare_kernels
+
+        counts, maxima = compare_kernels.stats(of.contiguous(), rf.contiguous(), af, rms_t, atol, rtol)
+    else:
+        floor = torch.where(rms_t > 0, rms_t * 1e-6, torch.full_like(rms_t, 1e-30))
+        counts = torch.zeros(3, dtype=torch.int64, device=dev)  # ref non-finite, output non-finite there, bad
+        maxima = torch.zeros(2, dtype=torch.float64, device=dev)  # max abs err, max rel err (both >= 0)
+        for s in _chunks(rf.numel()):
+            o, r, ref_finite, both, err, bound, bad = _chunk(of, rf, af, s, dev, wide, atol, rtol, rms_t)
+            rel = torch.where(both, err / torch.maximum(r.abs(), floor), 0.0)
+            counts += torch.stack([(~ref_finite).sum(), (ref_finite & ~both).sum(), bad.sum()])
+            maxima = torch.maximum(maxima, torch.stack([err.max(), rel.max()]))
     n_fin_t = n_fin_t if n_fin_t is not None else rf.numel() - counts[0]
     stats = torch.cat([counts.to(torch.float64), n_fin_t.reshape(1).to(torch.float64), maxima, rms_t.reshape(1)])
     n_ref_nonfinite, n_bad_nonfinite, n_bad, n_fin, max_abs, max_rel, rms = stats.tolist()

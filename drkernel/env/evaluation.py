@@ -41,6 +41,7 @@ itself (the reference's timing included) raises EnvironmentFailure; a cancelled 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import statistics
 import threading
@@ -495,13 +496,21 @@ class Evaluation:
             with self.clock.part("stage_map"):
                 stage_bytes = self._stage().reserve(self._stage_bytes(), cuda=self.cuda)
         self._budget_verdict = self._hold_verdict()  # before the load's own gate section
-        reply = self._request(LoadRequest(
-            role="candidate", task_source=task.source, task_name=task.name, candidate_file=str(cand),
+        load = functools.partial(
+            LoadRequest, role="candidate", task_source=task.source, task_name=task.name, candidate_file=str(cand),
             device="cuda" if self.cuda else "cpu", task_size=self.prepared.task_size,
             entry_point=task.entry_point, init_seed=self.plan.init_seed, kernel_suffix=self.plan.kernel_suffix,
             parameter_shapes=params, buffer_shapes=buffers, launch_budget_ms=self.config.launch_budget_ms,
-            stage_bytes=stage_bytes, launch_budget_verdict=self._budget_verdict), self.config.load_timeout_s,
-            "load_compile")
+            stage_bytes=stage_bytes, launch_budget_verdict=self._budget_verdict)
+        # The load's host work (the task, the profiler's start, the confinement: no kernel, no
+        # candidate code) outside the GPU gate, where a waiting timing does not wait for it; the rest
+        # in its shared side. In one request when the worker would probe the hold itself (a kernel).
+        if not self.cuda or self.config.launch_budget_ms <= 0 or self._budget_verdict is not None:
+            reply = self._request(load(part="prepare"), self.config.load_timeout_s, "load_prepare", gated=False)
+            self._worker_parts("load", reply.body.phases_s)
+            reply = self._request(load(part="candidate"), self.config.load_timeout_s, "load_compile")
+        else:
+            reply = self._request(load(), self.config.load_timeout_s, "load_compile")
         self.result.compiled = True
         self._worker_parts("load", reply.body.phases_s)
         self.completed.add(Stage.COMPILE)
@@ -956,10 +965,11 @@ class Evaluation:
             found.append({"id": hack_id, "detail": detail[:300]})
 
     def _request(self, req: Any, stage_timeout_s: float, part: str, desc: str | None = None,
-                 on_spot: Callable[[int], bool] | None = None) -> Reply:
-        """One request to the candidate's process, always in the GPU gate's shared side."""
+                 on_spot: Callable[[int], bool] | None = None, gated: bool = True) -> Reply:
+        """One request to the candidate's process, in the GPU gate's shared side (``gated`` False:
+        outside the gate, for a request that runs no kernel and no code of the candidate's)."""
         self._check_cancel()
-        with self._shared(), self.clock.part(part):
+        with (self._shared() if gated else contextlib.nullcontext()), self.clock.part(part):
             reply = self.proc.request(req, self._remaining(stage_timeout_s), on_spot=on_spot)
         for hack_id, detail in reply.findings:
             self._finding(hack_id, detail)

@@ -43,7 +43,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
-PROTOCOL_VERSION = 7
+PROTOCOL_VERSION = 8
 
 
 class ProtocolError(ValueError):
@@ -77,6 +77,11 @@ class LoadRequest:
     exclusively (:func:`drkernel.env.budget.device_verdict`): ``verified``, ``blocks``,
     ``regs_per_thread``, ``probe_gap_ms``, ``reason``. A worker whose hold has the same shape takes
     it instead of probing beside other evaluations' kernels; None: the worker probes."""
+    part: str = "all"
+    """A candidate's load in two requests, so that the grader holds the GPU gate only for the part
+    that can run kernels: ``prepare`` (the task, the stage, the profiler, the confinement: host work
+    only, needs the grader's ``launch_budget_verdict``), then ``candidate`` (the sampler's warm-up,
+    the candidate's import and build); ``all``: both in one request."""
 
 
 @dataclass(frozen=True)

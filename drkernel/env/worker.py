@@ -157,6 +157,7 @@ class Harness:
         self._kept: deque = deque()
         self._kept_bytes = 0
         self._initial: list[Any] = []
+        self._init_args: tuple[list[Any], dict[str, Any]] | None = None  # the task's constructor arguments (load)
         import gc
 
         # Automatic collection is off from the load on (:meth:`op_load`), and what the harness lets go
@@ -223,12 +224,21 @@ class Harness:
 
     # -- requests -----------------------------------------------------------------------------------
     def op_load(self, req: Any) -> Any:
+        """The task, then (a candidate) the confinement and the candidate's module: in one request
+        (``part`` ``all``) or two (``prepare``, then ``candidate``: see LoadRequest.part)."""
         from drkernel.env.protocol import Failure, LoadReply
         from drkernel.env.capture import make_capture
-        from drkernel.env.task import SeededRandom, Task, TaskError, parameter_shapes, split_init_inputs
+        from drkernel.env.task import Task, TaskError, split_init_inputs
 
         torch = self.torch
         t0 = _perf()
+        if req.part not in ("all", "prepare", "candidate") or (req.part != "all" and req.role != "candidate"):
+            return Failure(stage="compile", error=f"a load's part {req.part!r} for role {req.role!r}", fault="harness")
+        if req.part == "candidate":
+            if self._init_args is None or self.model is not None:
+                return Failure(stage="compile", error="a candidate's load without its prepare part, or twice",
+                               fault="harness")
+            return self._load_candidate(req, t0, {})
         self._gc_disable()  # for the rest of the process: see _release
         self._arm, self._commit, self._captured = make_capture(torch, self.device)
         self.role = req.role
@@ -252,7 +262,7 @@ class Harness:
                                f"{exc}", fault="harness")
             self._start_measuring(req)
             return LoadReply(load_s=_perf() - t0)
-        args, kwargs = split_init_inputs(init)
+        self._init_args = split_init_inputs(init)
         phases: dict[str, float] = {}
         lap = _laps(phases)
         self.candidate_file = str(Path(req.candidate_file).resolve())
@@ -260,14 +270,30 @@ class Harness:
         if self.stage is not None and req.stage_bytes:  # mapped and page-locked before any candidate code
             self.stage.reserve(req.stage_bytes, cuda=self.device == "cuda")
         lap("task_stage")
-        if self.device == "cuda":
+        if self.device == "cuda" and req.part == "all":
             self._warm_sampler()
             lap("sampler")
         self._start_measuring(req)  # the profiler starts before the process is confined
         lap("profiler")
         self._confine(req)
-        seal = self.seal_slot[0]  # bound before any candidate code exists
         lap("confine")
+        if req.part == "prepare":
+            return LoadReply(load_s=_perf() - t0, isolation=self.isolation, phases_s=phases)
+        return self._load_candidate(req, t0, phases)
+
+    def _load_candidate(self, req: Any, t0: float, phases: dict[str, float]) -> Any:
+        """The load's second part: the candidate's module imported and its model built (the grader
+        holds the GPU gate's shared side: from here on the process may launch kernels)."""
+        from drkernel.env.protocol import LoadReply
+        from drkernel.env.task import SeededRandom, parameter_shapes
+
+        torch = self.torch
+        lap = _laps(phases)
+        args, kwargs = self._init_args
+        if self.device == "cuda" and req.part == "candidate":
+            self._warm_sampler()  # after the profiler's start: on the calls' stream, before their fences
+            lap("sampler")
+        seal = self.seal_slot[0]  # bound before any candidate code exists
         self.auditor.enforcing = True
         try:
             module = import_file(self.candidate_file)
@@ -486,16 +512,18 @@ class Harness:
         """The launch budget for every call (verified at load, see :meth:`_verify_budget`)."""
         return self.timing_hold
 
-    def _verify_budget(self, verdict: dict[str, Any] | None = None) -> None:
+    def _verify_budget(self, verdict: dict[str, Any] | None = None, probe: bool = True) -> None:
         """At load, before the candidate's module: adopt the grader's probe of a hold of this shape
         (made while it held the GPU exclusively, :func:`drkernel.env.budget.device_verdict`), else
         probe here, before the profiler starts, so the probe's side-stream kernel is not in the
         device records. The load runs in the GPU gate's shared section: no timing meanwhile, but
-        other evaluations' kernels may time-slice the probe."""
+        other evaluations' kernels may time-slice the probe. ``probe`` False (a load's ``prepare``
+        part, outside the gate): adopt or leave the hold off, with the reason."""
         if self.budget is None or self._budget_ms <= 0:
             return
         try:
-            self.budget.adopt(verdict)
+            if not self.budget.adopt(verdict) and not probe and self.budget.verified is None:
+                self.budget.verified, self.budget.reason = False, "the grader's probe did not fit this hold"
             if self.budget.verify(self.torch):  # probes only when nothing was adopted
                 self.timing_hold = (self.budget.hold, self._budget_ms)
         except Exception as exc:  # noqa: BLE001 - a probe that fails turns the hold off, with the reason
@@ -614,7 +642,7 @@ class Harness:
         if self.device == "cuda":
             from torch.profiler import ProfilerActivity, profile
 
-            self._verify_budget(req.launch_budget_verdict)
+            self._verify_budget(req.launch_budget_verdict, probe=req.part == "all")
             self.profiler = profile(activities=[ProfilerActivity.CUDA])
             self.profiler.start()
 

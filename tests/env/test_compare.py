@@ -174,3 +174,70 @@ def test_a_chunked_failure_names_the_worst_element_wherever_it_is(monkeypatch):
     assert not cmp.ok and cmp.message.startswith("2 of 1073 elements out of tolerance")
     assert f"worst: got {float(bad[30, 20]):.6g}, expected {float(ref[30, 20]):.6g}" in cmp.message
     assert abs(compare.reference_rms(ref) - float(ref.double().pow(2).mean().sqrt())) < 1e-12
+
+
+def _fused_cases() -> int:
+    """Run in a process with ``TRITON_INTERPRET=1`` (Triton's interpreter: the kernels on the CPU):
+    the same random cases through :mod:`drkernel.env.compare_kernels` (blocks of 16 elements, so
+    outputs span several) must give the torch path's verdict and statistics, counts and maxima
+    exactly (the scale's sum runs in another order: last bits)."""
+    import drkernel.env.compare as compare
+    import drkernel.env.compare_kernels as kernels
+
+    kernels.applies = lambda *ts: all(str(t.dtype).removeprefix("torch.") in kernels.DTYPES for t in ts)
+    kernels.BLOCK = 16
+    g = torch.Generator().manual_seed(23)
+    checked = 0
+    for case in range(120):
+        dtype = [torch.float32, torch.float16, torch.bfloat16, torch.float64][case % 4]
+        shape = [(5,), (7, 9), (3, 4, 5), (33, 17), (16,), (1,)][case % 6]
+        ref = torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+        out = ref.clone()
+        flat = out.reshape(-1)
+        if case % 3:
+            for i in torch.randint(0, ref.numel(), (1 + case % 4,), generator=g).tolist():
+                flat[i] = flat[i] + 0.5 * (case % 2) + 1e-5 * (1 - case % 2)
+        if case % 5 == 0:
+            kind = [float("nan"), float("inf"), -float("inf")][case % 3]
+            i = int(torch.randint(0, ref.numel(), (1,), generator=g))
+            (ref.reshape(-1) if case % 2 else flat)[i] = kind
+            if case % 4 == 0:
+                ref.reshape(-1)[i], flat[i] = kind, kind
+        kwargs = {}
+        if case % 4 == 1:
+            kwargs["scale"] = [0.0, 1e-3, 1.0, 3.0][case % 4]
+        if case % 6 == 2:
+            kwargs["allowance"] = torch.rand(ref.shape, generator=g, dtype=torch.float64)
+        compare.FUSED = True
+        got = compare.compare_outputs(out, ref, ATOL, RTOL, **kwargs)
+        compare.FUSED = False
+        want = compare.compare_outputs(out, ref, ATOL, RTOL, **kwargs)
+        assert (got.ok, got.message) == (want.ok, want.message), (case, got, want)
+        for field in ("max_abs_err", "max_rel_err", "mismatch_frac"):
+            assert _close(getattr(got, field), getattr(want, field)), (case, field, got, want)
+        assert _close(getattr(_one_pass(out, ref, ATOL, RTOL, **kwargs), "max_abs_err"), got.max_abs_err)
+        flat_ref = ref.reshape(-1).contiguous()
+        if case % 4 != 1:
+            fused_rms, fused_n = kernels.rms_parts(flat_ref)
+            compare.FUSED = False
+            torch_rms, torch_n = compare._rms_parts(flat_ref)
+            assert int(fused_n) == int(torch_n) and _close(float(fused_rms), float(torch_rms)), case
+        checked += 1
+    return checked
+
+
+def test_the_fused_kernels_agree_with_the_torch_comparison():
+    """GPU outputs are compared by two Triton kernels (drkernel.env.compare_kernels); here through
+    Triton's interpreter, in a process of its own (TRITON_INTERPRET must be set before Triton is
+    imported): verdicts, messages and statistics equal the torch path's on 120 random cases."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(root)}
+    proc = subprocess.run([sys.executable, "-c", "import tests.env.test_compare as t; print('checked', t._fused_cases())"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "checked 120" in proc.stdout

@@ -321,3 +321,56 @@ def test_the_cuda_runtime_bindings_are_refused_on_a_gpu():
     r = run("relu_big.py", "relu_cudart_host_register.py")
     assert not r.passed and "forbidden_operation" in r.hack_reasons, (r.hack_reasons, r.feedback)
     assert "cudart" in str(r.details.get("integrity")), r.details.get("integrity")
+
+
+def _timed(fn, n=5):
+    import time
+
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / n * 1e3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_the_fused_comparison_is_the_torch_comparison_on_a_gpu(monkeypatch, dtype):
+    """GPU outputs are compared by drkernel.env.compare_kernels: the same verdicts, messages and
+    statistics as the torch operations, on a 64M-element output (several of torch's chunks and
+    thousands of the kernels' blocks) right, slightly off, wrong in a few elements, with NaN/Inf,
+    with an allowance and with a given scale; and how long each takes here."""
+    from drkernel.env import compare
+
+    g = torch.Generator(device="cuda").manual_seed(5)
+    n = 64 << 20
+    ref = torch.randn(4096, n // 4096, device="cuda", generator=g, dtype=torch.float64).to(dtype)
+    noise = torch.randn(ref.shape, device="cuda", generator=g, dtype=torch.float64)
+    cases = {"equal": (ref.clone(), {}),
+             "noise": ((ref.double() + 3e-5 * noise).to(dtype), {}),
+             "allowance": ((ref.double() + 3e-4 * noise).to(dtype), {"allowance": 1e-3 * noise.abs()}),
+             "scale": ((ref.double() + 3e-5 * noise).to(dtype), {"scale": 0.5})}
+    wrong = ref.clone()
+    wrong.view(-1)[[5, n // 2, n - 1]] += 1.0
+    cases["wrong"] = (wrong, {})
+    nonfinite = ref.clone()
+    nonfinite.view(-1)[[17, n - 3]] = float("nan")
+    cases["nan_in_output"] = (nonfinite, {})
+    ref_inf = ref.clone()
+    ref_inf.view(-1)[99] = float("inf")
+    cases["inf_matched"] = (ref_inf.clone(), {"ref": ref_inf})
+    for name, (out, kw) in cases.items():
+        r = kw.pop("ref", ref)
+        monkeypatch.setattr(compare, "FUSED", True)
+        fused = compare.compare_outputs(out, r, 1e-4, 1e-4, **kw)
+        ms_fused = _timed(lambda: compare.compare_outputs(out, r, 1e-4, 1e-4, **kw))
+        monkeypatch.setattr(compare, "FUSED", False)
+        plain = compare.compare_outputs(out, r, 1e-4, 1e-4, **kw)
+        ms_plain = _timed(lambda: compare.compare_outputs(out, r, 1e-4, 1e-4, **kw))
+        print(f"compare {dtype} {name}: fused {ms_fused:.2f} ms, torch {ms_plain:.2f} ms, ok={fused.ok}")
+        assert (fused.ok, fused.message) == (plain.ok, plain.message), (name, fused, plain)
+        for field in ("max_abs_err", "max_rel_err", "mismatch_frac"):
+            a, b = getattr(fused, field), getattr(plain, field)
+            assert a == b or abs(a - b) <= 1e-12 * max(1.0, abs(b)), (name, field, a, b)
+    assert not cases["wrong"][0].equal(ref)
