@@ -392,13 +392,13 @@ class Evaluation:
                 self._enter(Stage.TIMING)
                 ref = self._reference_timing(ref_proc)
                 reply = self._timed_calls(lease)
-            self._timing(reply, ref)
-            events = reply.events
+            events = self._records()  # (outside the gate: the next timing need not wait for it)
+            self._timing(reply, ref, events)
         elif not (self.config.profile and self.result.error is None and bool(self.trials_ok)
                   and (not self.result.hacked or self.config.time_hacked)):
             return
         elif self.cuda:  # no timing: the device records of the correctness calls
-            events = self._request(EventsRequest(), self.config.call_timeout_s, "profiling").body.events
+            events = self._records()
         else:
             events = None  # CPU: the correctness calls' torch work came with their replies
         if not self.config.profile:
@@ -638,8 +638,9 @@ class Evaluation:
 
     def _timed_calls(self, lease: Lease | None) -> Any:
         """The warm-up and timed calls; after the last one has returned (its device work is done),
-        the GPU is downgraded to shared for the rest of the request (kept outputs copied back,
-        profiler stopped): no other timing overlaps it, other evaluations' shared work may."""
+        the GPU is downgraded to shared for the rest of the request (kept outputs copied back): no
+        other timing overlaps it, other evaluations' shared work may. The profiler runs on: its
+        records are read after the gate is let go (:meth:`_records`)."""
         plan, cfg = self.plan, self.config
         rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))  # never derived from the seed
         kept: dict[int, tuple[int, int]] = {}  # checked call -> (seed, size) of the elements read back
@@ -667,7 +668,8 @@ class Evaluation:
             return None
 
         reply = self._request(TimeRequest(seeds=plan.seeds, factors=plan.factors, warmup=cfg.warmup,
-                                          reload_seeds=plan.reloads, spot=True, launch_budget_ms=cfg.launch_budget_ms),
+                                          reload_seeds=plan.reloads, spot=True, launch_budget_ms=cfg.launch_budget_ms,
+                                          records=False),
                               cfg.timing_timeout_s, "timing", on_spot=keep)
         self._calls += len(plan.seeds)
         self._kept = kept
@@ -680,15 +682,23 @@ class Evaluation:
             raise _Stop
         return reply.body
 
-    def _timing(self, t: Any, ref: Any) -> None:
+    def _records(self) -> Any:
+        """The worker's device records (CUDA; None on the CPU), read outside the GPU gate: the
+        worker stops its profiler and converts the records, host work only, with nothing of the
+        candidate's running (its last request ended with the device synchronised)."""
+        if not self.cuda:
+            return None
+        return self._request(EventsRequest(), self.config.call_timeout_s, "profiling", gated=False).body.events
+
+    def _timing(self, t: Any, ref: Any, events: Any) -> None:
         """The device records' findings about where the work ran (before the spot checks: a call
         that left work on another stream, or deferred it past its window, fails them, and says
         why), the spot checks of the kept outputs, then the candidate's and the reference's times."""
         plan, cfg = self.plan, self.config
         if self.cuda:
             try:
-                self._windows = cut_windows(t.events, self._calls, plan.kernel_suffix)
-                self._where_work_ran(self._windows, t.events)
+                self._windows = cut_windows(events, self._calls, plan.kernel_suffix)
+                self._where_work_ran(self._windows, events)
             except ForgedRecords as exc:
                 self._finding("harness_tampered", f"device records: {exc}")
                 self._fail(Stage.TIMING, f"the device records of the calls are inconsistent: {exc}")

@@ -3,7 +3,7 @@
 Shared work (loading, compiling, correctness calls, the grader's references and comparisons) runs
 for many evaluations at once; exclusive work (the timed calls) runs alone, so one timed region per
 GPU sees nothing else of ours. An evaluation's timing ends with work that must not overlap another
-timing but need not run alone (its worker copies the kept outputs back, its profiler stops): the
+timing but need not run alone (its worker copies the kept outputs back): the
 holder *downgrades* to shared there (:meth:`Lease.downgrade`): the next timing waits for that
 copy; shared work of other evaluations may run beside it when no timing waits (writer preference
 holds throughout: admitting shared work beside a downgraded holder while a timing waited made no

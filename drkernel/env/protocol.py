@@ -18,7 +18,7 @@ Sequence for one worker (each request answered before the next is sent)::
     time    (TimeRequest)   -> TimeReply                 warm-up + timed calls, device records
         worker -> {"op": "spot", "call": i}              after each timed call (candidate): keep it?
         grader -> b"1" | b"0"                            decided now, by the grader
-    events  (EventsRequest) -> EventsReply               device records when no timing follows
+    events  (EventsRequest) -> EventsReply               device records (after a timing without them, or none)
     exit
 
 Inputs are drawn in the worker from a hidden seed sent in the request that uses them (the grader
@@ -112,6 +112,10 @@ class TimeRequest:
     """Fresh parameter values for each call (empty: keep the current ones)."""
     spot: bool = True
     launch_budget_ms: float = 1.0
+    records: bool = True
+    """The profiler's device records in the reply. False: the profiler runs on, and the grader asks
+    for them with an :class:`EventsRequest` once it has let go of the GPU (stopping the profiler
+    and reading its records is host work that no other evaluation's timing needs to wait for)."""
 
 
 @dataclass(frozen=True)

@@ -307,7 +307,7 @@ def run_calls(h: TimingHarness, req: TimeRequest) -> TimeReply:
     del kept
     seal("after the kept outputs were written")
     t2 = perf()
-    records = h.stop_profiler() if cuda else []
+    records = h.stop_profiler() if cuda and req.records else []
     seal("after the profiler stopped")
     phases.update(finish=t1 - t0, write=t2 - t1, profiler=perf() - t2)
     return TimeReply(host_ms=host_ms, launch_ms=launch_ms, foreign=foreign, spot=spot_out, total_s=total_s,
