@@ -35,6 +35,7 @@ from the CUDA profiler's records, analysed in the grader.
 
 from __future__ import annotations
 
+import collections
 import os
 import sys
 import sysconfig
@@ -563,6 +564,7 @@ class StateGuard:
         import gc
 
         self._gc_state = (gc.isenabled, gc.get_threshold)  # bound before the candidate loads
+        self._read = self._readers()
 
     # what is watched --------------------------------------------------------------------------------
     def _watched_classes(self) -> list[tuple[str, type]]:
@@ -582,55 +584,77 @@ class StateGuard:
         out.extend(self.extra_classes)
         return out
 
-    def _flags(self) -> dict[str, Any]:
+    def _readers(self) -> list[tuple[str, Callable[[], Any]]]:
+        """How each flag is read, bound now (at construction, before the candidate loads): torch's
+        C getters, never the Python properties and functions of ``torch.backends`` or ``torch.cuda``
+        (a module or object there replaced by the candidate's would run its code inside this check,
+        and the records' request runs it outside the GPU gate); ``sys``, ``gc``, ``threading`` and
+        torch's hook registries read through their modules' real namespaces, and a length taken only
+        of an exact list or dict (a value of another type is a change by itself)."""
         torch = self.torch
-        f: dict[str, Any] = {}
-
-        def put(name: str, fn: Callable[[], Any]) -> None:
-            try:
-                f[name] = fn()
-            except Exception as exc:  # noqa: BLE001
-                f[name] = f"unreadable: {type(exc).__name__}"
-
-        put("cuda.matmul.allow_tf32", lambda: torch.backends.cuda.matmul.allow_tf32)
-        put("cuda.matmul.allow_fp16_reduced", lambda: torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction)
-        put("cuda.matmul.allow_bf16_reduced", lambda: torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction)
-        put("cudnn.allow_tf32", lambda: torch.backends.cudnn.allow_tf32)
-        put("cudnn.enabled", lambda: torch.backends.cudnn.enabled)
-        put("cudnn.benchmark", lambda: torch.backends.cudnn.benchmark)
-        put("cudnn.deterministic", lambda: torch.backends.cudnn.deterministic)
-        put("float32_matmul_precision", torch.get_float32_matmul_precision)
-        put("default_dtype", lambda: str(torch.get_default_dtype()))
-        put("default_device", lambda: str(torch.get_default_device()))
-        put("deterministic_algorithms", torch.are_deterministic_algorithms_enabled)
-        put("num_threads", torch.get_num_threads)
-        put("grad_enabled", torch.is_grad_enabled)
-        put("inference_mode", torch.is_inference_mode_enabled)
-        put("autocast", lambda: (torch.is_autocast_enabled("cuda"), torch.is_autocast_enabled("cpu")))
-        put("torch_function_modes", torch._C._len_torch_function_stack)
-        put("torch_dispatch_modes", torch._C._len_torch_dispatch_stack)
-        put("sys.gettrace", lambda: sys.gettrace() is None)
-        put("sys.getprofile", lambda: sys.getprofile() is None)
-        put("sys.meta_path", lambda: len(sys.meta_path))
-        put("sys.path_hooks", lambda: len(sys.path_hooks))
-        put("sys.excepthook", lambda: _Same(sys.excepthook))
-        put("sys.unraisablehook", lambda: _Same(sys.unraisablehook))
+        C = torch._C
+        module_dict = ModuleType.__dict__["__dict__"].__get__
         import gc
         import threading
 
-        put("gc.callbacks", lambda: len(gc.callbacks))
-        put("gc.enabled", self._gc_state[0])
-        put("gc.threshold", self._gc_state[1])
-        put("threading.trace_hook", lambda: getattr(threading, "_trace_hook", None) is None)
-        put("threading.profile_hook", lambda: getattr(threading, "_profile_hook", None) is None)
-        put("profiler_enabled", lambda: bool(torch._C._autograd._profiler_enabled()))
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            put("cuda.current_device", torch.cuda.current_device)
-            put("cuda.current_stream", lambda: torch.cuda.current_stream().cuda_stream)
+        sys_ns, gc_ns, threading_ns = module_dict(sys), module_dict(gc), module_dict(threading)
+        exact = (list, dict, collections.OrderedDict)
+        type_, len_ = type, len
+
+        def size(ns: dict[str, Any], name: str) -> Any:
+            value = ns.get(name)
+            return len_(value) if type_(value) in exact else f"a {type_(value).__name__}"
+
+        getters = [(name, getattr(C, attr, None)) for name, attr in (
+            ("cuda.matmul.allow_tf32", "_get_cublas_allow_tf32"),
+            ("cuda.matmul.allow_fp16_reduced", "_get_cublas_allow_fp16_reduced_precision_reduction"),
+            ("cuda.matmul.allow_bf16_reduced", "_get_cublas_allow_bf16_reduced_precision_reduction"),
+            ("cudnn.allow_tf32", "_get_cudnn_allow_tf32"), ("cudnn.enabled", "_get_cudnn_enabled"),
+            ("cudnn.benchmark", "_get_cudnn_benchmark"), ("cudnn.deterministic", "_get_cudnn_deterministic"),
+            ("float32_matmul_precision", "_get_float32_matmul_precision"),
+            ("deterministic_algorithms", "_get_deterministic_algorithms"), ("num_threads", "get_num_threads"),
+            ("grad_enabled", "is_grad_enabled"), ("inference_mode", "is_inference_mode_enabled"),
+            ("torch_function_modes", "_len_torch_function_stack"),
+            ("torch_dispatch_modes", "_len_torch_dispatch_stack"))]
+        out = [(name, fn) for name, fn in getters if fn is not None]
+        default_dtype, default_device = C.get_default_dtype, getattr(C, "_get_default_device", None)
+        out.append(("default_dtype", lambda: str(default_dtype())))
+        if default_device is not None:
+            out.append(("default_device", lambda: str(default_device())))
+        autocast = C.is_autocast_enabled
+        out.append(("autocast", lambda: (autocast("cuda"), autocast("cpu"))))
+        gettrace, getprofile = sys.gettrace, sys.getprofile
+        out += [("sys.gettrace", lambda: gettrace() is None), ("sys.getprofile", lambda: getprofile() is None),
+                ("sys.meta_path", lambda: size(sys_ns, "meta_path")),
+                ("sys.path_hooks", lambda: size(sys_ns, "path_hooks")),
+                ("sys.excepthook", lambda: _Same(sys_ns.get("excepthook"))),
+                ("sys.unraisablehook", lambda: _Same(sys_ns.get("unraisablehook"))),
+                ("gc.callbacks", lambda: size(gc_ns, "callbacks")),
+                ("gc.enabled", self._gc_state[0]), ("gc.threshold", self._gc_state[1]),
+                ("threading.trace_hook", lambda: threading_ns.get("_trace_hook") is None),
+                ("threading.profile_hook", lambda: threading_ns.get("_profile_hook") is None)]
+        enabled = C._autograd._profiler_enabled
+        out.append(("profiler_enabled", lambda: bool(enabled())))
+        get_device, get_stream = getattr(C, "_cuda_getDevice", None), getattr(C, "_cuda_getCurrentStream", None)
+        if get_device is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            out.append(("cuda.current_device", get_device))
+            if get_stream is not None:
+                out.append(("cuda.current_stream", lambda: tuple(get_stream(get_device()))))
         mm = sys.modules.get("torch.nn.modules.module")
-        for name, value in sorted(vars(mm).items()) if mm else ():
-            if name.startswith("_global_") and hasattr(value, "__len__"):
-                put(f"nn.Module {name}", lambda v=value: len(v))
+        if mm is not None:
+            mm_ns = module_dict(mm)
+            for name in sorted(k for k in mm_ns if type(k) is str and k.startswith("_global_")
+                               and type(mm_ns[k]) in exact):
+                out.append((f"nn.Module {name}", lambda n=name: size(mm_ns, n)))
+        return out
+
+    def _flags(self) -> dict[str, Any]:
+        f: dict[str, Any] = {}
+        for name, read in self._read:
+            try:
+                f[name] = read()
+            except Exception as exc:  # noqa: BLE001
+                f[name] = f"unreadable: {type(exc).__name__}"
         return f
 
     # snapshot / compare ----------------------------------------------------------------------------
@@ -695,7 +719,9 @@ def _dict_changes(name: str, d: Any, snap: dict[str, Any], *, strict: bool, buil
     object: ``is``, not ``==``, which the new object could answer), deleted, or added (``strict``,
     or shadowing a builtin). At most 8."""
     out = []
-    items = list(d.items())
+    items = list(d.items())  # (no key is hashed or compared before it is known to be an exact str:
+    if not all(type(k) is str for k, _ in items):  # a key's own __hash__ or __eq__ is the candidate's code)
+        return [f"{name} has a key that is not a str"]
     if len(items) == len(snap) and all(map(snap.__contains__, (k for k, _ in items))):
         changed = [k for k, v in items if snap[k] is not v]
         return [f"{name}.{k} was rebound" for k in changed[:8]]
@@ -705,7 +731,7 @@ def _dict_changes(name: str, d: Any, snap: dict[str, Any], *, strict: bool, buil
         elif d[k] is not old:
             out.append(f"{name}.{k} was rebound")
     for k, v in items:
-        if k not in snap and isinstance(k, str) and (strict or k in builtin_names) and not isinstance(v, ModuleType):
+        if k not in snap and (strict or k in builtin_names) and not issubclass(type(v), ModuleType):
             out.append(f"{name}.{k} was added")  # (a submodule appearing on its package is an import)
     return out[:8]
 

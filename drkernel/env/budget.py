@@ -217,7 +217,8 @@ class LaunchBudget:
     def adopt(self, verdict: dict[str, Any] | None) -> bool:
         """Take another process's probe of a hold of this shape (the grader's, made while nothing else
         ran on the GPU) instead of probing; False when there is none, it was inconclusive, or its
-        hold had another grid or register count (then :meth:`verify` probes here)."""
+        hold had another grid or register count (then :meth:`verify` probes here, or, in a load's
+        part outside the GPU gate, the hold stays off with the reason: ``Harness._verify_budget``)."""
         if (self.verified is not None or not isinstance(verdict, dict) or verdict.get("verified") is None
                 or verdict.get("blocks") != self.blocks or verdict.get("regs_per_thread") != self.regs_per_thread):
             return False

@@ -27,6 +27,7 @@ elements (``sigma_i`` ~ 0) are judged exactly as before.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -69,12 +70,23 @@ FUSED = True
 pass over the output and the reference); False: the torch operations below, everywhere."""
 
 
-def _fused(*tensors: torch.Tensor | None) -> bool:
+def _fused(*tensors: torch.Tensor) -> bool:
     if not FUSED:
         return False
     from drkernel.env import compare_kernels
 
-    return compare_kernels.applies(*[t for t in tensors if t is not None])
+    return compare_kernels.applies(*tensors)
+
+
+def _fused_failed(exc: Exception) -> None:
+    """The kernels could not run here (Triton cannot compile, its cache is not writable...): the
+    torch path from now on, said once. Out of memory is not this (the caller's fallback handles it)."""
+    global FUSED
+    if isinstance(exc, torch.OutOfMemoryError):
+        raise exc
+    FUSED = False
+    warnings.warn(f"drkernel: the fused comparison kernels failed ({type(exc).__name__}: {str(exc)[:200]}); "
+                  "comparing with torch operations from now on", RuntimeWarning, stacklevel=3)
 
 
 def _rms_parts(rf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,7 +95,10 @@ def _rms_parts(rf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if _fused(rf):
         from drkernel.env import compare_kernels
 
-        return compare_kernels.rms_parts(rf.contiguous())
+        try:
+            return compare_kernels.rms_parts(rf.contiguous())
+        except Exception as exc:  # noqa: BLE001 - see _fused_failed
+            _fused_failed(exc)
     sq = torch.zeros((), dtype=torch.float64, device=rf.device)
     n_finite = torch.zeros((), dtype=torch.int64, device=rf.device)
     for s in _chunks(rf.numel()):
@@ -132,11 +147,15 @@ def compare_outputs(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: flo
         rms_t, n_fin_t = _rms_parts(rf)
     else:
         rms_t, n_fin_t = torch.tensor(float(scale), dtype=torch.float64, device=dev), None
+    counts = None
     if _fused(of, rf):  # one pass over both (drkernel.env.compare_kernels): the same counts and maxima
         from drkernel.env import compare_kernels
 
-        counts, maxima = compare_kernels.stats(of.contiguous(), rf.contiguous(), af, rms_t, atol, rtol)
-    else:
+        try:
+            counts, maxima = compare_kernels.stats(of.contiguous(), rf.contiguous(), af, rms_t, atol, rtol)
+        except Exception as exc:  # noqa: BLE001 - see _fused_failed
+            _fused_failed(exc)
+    if counts is None:
         floor = torch.where(rms_t > 0, rms_t * 1e-6, torch.full_like(rms_t, 1e-30))
         counts = torch.zeros(3, dtype=torch.int64, device=dev)  # ref non-finite, output non-finite there, bad
         maxima = torch.zeros(2, dtype=torch.float64, device=dev)  # max abs err, max rel err (both >= 0)

@@ -392,13 +392,13 @@ class Evaluation:
                 self._enter(Stage.TIMING)
                 ref = self._reference_timing(ref_proc)
                 reply = self._timed_calls(lease)
-            events = self._records()  # (outside the gate: the next timing need not wait for it)
+            events = self._records(Stage.TIMING)  # (outside the gate: the next timing need not wait for it)
             self._timing(reply, ref, events)
         elif not (self.config.profile and self.result.error is None and bool(self.trials_ok)
                   and (not self.result.hacked or self.config.time_hacked)):
             return
         elif self.cuda:  # no timing: the device records of the correctness calls
-            events = self._records()
+            events = self._records(Stage.PROFILING)
         else:
             events = None  # CPU: the correctness calls' torch work came with their replies
         if not self.config.profile:
@@ -682,13 +682,16 @@ class Evaluation:
             raise _Stop
         return reply.body
 
-    def _records(self) -> Any:
+    def _records(self, stage: Stage) -> Any:
         """The worker's device records (CUDA; None on the CPU), read outside the GPU gate: the
-        worker stops its profiler and converts the records, host work only, with nothing of the
-        candidate's running (its last request ended with the device synchronised)."""
+        worker stops its profiler through C functions bound before the candidate loaded, and
+        converts and checks (host work; its last request ended with the device synchronised, and
+        the checks read nothing the candidate can replace: ``StateGuard``, the seal). A failure is
+        the ``stage``'s the records belong to (the timing's, after one)."""
         if not self.cuda:
             return None
-        return self._request(EventsRequest(), self.config.call_timeout_s, "profiling", gated=False).body.events
+        return self._request(EventsRequest(), self.config.call_timeout_s, "profiling", gated=False,
+                             stage=stage).body.events
 
     def _timing(self, t: Any, ref: Any, events: Any) -> None:
         """The device records' findings about where the work ran (before the spot checks: a call
@@ -975,9 +978,11 @@ class Evaluation:
             found.append({"id": hack_id, "detail": detail[:300]})
 
     def _request(self, req: Any, stage_timeout_s: float, part: str, desc: str | None = None,
-                 on_spot: Callable[[int], bool] | None = None, gated: bool = True) -> Reply:
+                 on_spot: Callable[[int], bool] | None = None, gated: bool = True,
+                 stage: Stage | None = None) -> Reply:
         """One request to the candidate's process, in the GPU gate's shared side (``gated`` False:
-        outside the gate, for a request that runs no kernel and no code of the candidate's)."""
+        outside the gate, for a request that runs no kernel and no code of the candidate's). A
+        failure is at ``stage`` (default: the one the worker names)."""
         self._check_cancel()
         with (self._shared() if gated else contextlib.nullcontext()), self.clock.part(part):
             reply = self.proc.request(req, self._remaining(stage_timeout_s), on_spot=on_spot)
@@ -987,7 +992,7 @@ class Evaluation:
             f = reply.body
             if f.fault == "harness":
                 raise EnvironmentFailure(f"the evaluation worker failed: {f.error}")
-            stage = _stage_of(f.stage, self.stage)
+            stage = stage or _stage_of(f.stage, self.stage)
             self._fail(stage, f"{desc}: {f.error}" if desc else f.error)
             if stage == Stage.CORRECTNESS and self.result.details.get("trials") is not None and desc:
                 self.result.details["trials"].append({"ok": False, "error": f.error[:500]})

@@ -15,7 +15,7 @@ Sequence for one worker (each request answered before the next is sent)::
                                                          without GPU, compiles the kernels ahead;
                                                          the grader awaits it while the worker idles)
     run     (RunRequest)    -> RunReply   (x trials)     inputs drawn in the worker from ``seed``
-    time    (TimeRequest)   -> TimeReply                 warm-up + timed calls, device records
+    time    (TimeRequest)   -> TimeReply                 warm-up + timed calls (+ device records: records)
         worker -> {"op": "spot", "call": i}              after each timed call (candidate): keep it?
         grader -> b"1" | b"0"                            decided now, by the grader
     events  (EventsRequest) -> EventsReply               device records (after a timing without them, or none)

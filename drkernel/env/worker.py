@@ -29,6 +29,7 @@ correctness, time -> timing. A failure before that is the harness's.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import sys
@@ -158,6 +159,7 @@ class Harness:
         self._kept_bytes = 0
         self._initial: list[Any] = []
         self._init_args: tuple[list[Any], dict[str, Any]] | None = None  # the task's constructor arguments (load)
+        self._prepared: Any = None  # a load's prepare part, done: its candidate part may follow (once)
         import gc
 
         # Automatic collection is off from the load on (:meth:`op_load`), and what the harness lets go
@@ -234,11 +236,14 @@ class Harness:
         t0 = _perf()
         if req.part not in ("all", "prepare", "candidate") or (req.part != "all" and req.role != "candidate"):
             return Failure(stage="compile", error=f"a load's part {req.part!r} for role {req.role!r}", fault="harness")
-        if req.part == "candidate":
-            if self._init_args is None or self.model is not None:
-                return Failure(stage="compile", error="a candidate's load without its prepare part, or twice",
+        if req.part == "candidate":  # the same request as the prepare part's, which must have succeeded
+            prepared, self._prepared = self._prepared, None
+            if prepared is None or dataclasses.replace(prepared, part="candidate") != req:
+                return Failure(stage="compile", error="a candidate's load that is not its prepare part's second half",
                                fault="harness")
             return self._load_candidate(req, t0, {})
+        if self.loaded is not None:
+            return Failure(stage="compile", error="a second load in one worker", fault="harness")
         self._gc_disable()  # for the rest of the process: see _release
         self._arm, self._commit, self._captured = make_capture(torch, self.device)
         self.role = req.role
@@ -278,6 +283,7 @@ class Harness:
         self._confine(req)
         lap("confine")
         if req.part == "prepare":
+            self._prepared = req
             return LoadReply(load_s=_perf() - t0, isolation=self.isolation, phases_s=phases)
         return self._load_candidate(req, t0, phases)
 
@@ -384,7 +390,8 @@ class Harness:
         return run_calls(self, req)
 
     def op_events(self, req: Any) -> Any:
-        """The device records so far (when no timing request will come)."""
+        """The device records so far: after a timing request that left them (``records`` False), or
+        when no timing follows the correctness calls. The profiler stops here."""
         from drkernel.env.protocol import EventsReply
 
         self.finish_request(full=True)

@@ -273,3 +273,51 @@ def test_the_cuda_runtime_bindings_are_refused(tmp_path):
     assert res["results"] == {"register": "PermissionError", "stop": "PermissionError"}, res
     text = " ".join(detail for _, detail in res["records"])
     assert "cudaHostRegister" in text and "cudaProfilerStop" in text, res["records"]
+
+
+def test_the_fingerprint_check_runs_none_of_the_candidates_code():
+    """StateGuard.changes reads torch's flags through C getters bound before the candidate loads and
+    sys/gc/threading through their real namespaces: a candidate that replaces the objects torch's
+    Python properties read (``torch.backends.cuda.matmul``), swaps ``sys.meta_path`` for a list
+    with its own ``__len__`` or adds a key with its own ``__hash__`` to a watched module gets none
+    of its code run inside the check (the records' request runs it outside the GPU gate, where such
+    code could launch kernels beside another evaluation's timing) and the changes are reported."""
+    code = textwrap.dedent('''
+        import gc, json, sys
+        import torch
+        from drkernel.env.audit import StateGuard
+        guard = StateGuard(torch); guard.snapshot()
+        ran = []
+        class Flags:
+            def __init__(self, inner): self.inner = inner
+            def __getattr__(self, name):
+                ran.append(name)
+                return getattr(self.inner, name)
+        from torch.backends import cuda as backends_cuda
+        backends_cuda.matmul = Flags(backends_cuda.matmul)
+        class Counting(list):
+            def __len__(self):
+                ran.append("len")
+                return list.__len__(self)
+        sys.meta_path = Counting(sys.meta_path)
+        gc.callbacks = Counting(gc.callbacks)
+        class Key(str):
+            def __hash__(self):
+                ran.append("hash")
+                return str.__hash__(self)
+            def __eq__(self, other):
+                ran.append("eq")
+                return str.__eq__(self, other)
+        vars(torch)[Key("shadow")] = 1  # (hashed here, by the candidate's own assignment)
+        ran.clear()
+        changes = guard.changes()
+        print(json.dumps({"ran": ran, "changes": changes}))
+    ''')
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["ran"] == [], got
+    assert any(c.startswith("sys.meta_path:") and "a Counting" in c for c in got["changes"]), got["changes"]
+    assert any(c.startswith("gc.callbacks:") and "a Counting" in c for c in got["changes"]), got["changes"]
+    assert any("torch has a key that is not a str" in c for c in got["changes"]), got["changes"]

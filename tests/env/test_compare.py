@@ -149,7 +149,7 @@ def test_the_comparison_in_chunks_agrees_with_the_one_pass_comparison(monkeypatc
             ref = ref.t().contiguous().t()  # strided reference, same values
         kwargs = {}
         if case % 4 == 1:
-            kwargs["scale"] = [0.0, 1e-3, 1.0, 3.0][case % 4]
+            kwargs["scale"] = [0.0, 1e-3, 1.0, 3.0][(case // 4) % 4]
         if case % 6 == 2 and (dtype.is_floating_point or dtype.is_complex):
             kwargs["allowance"] = torch.rand(ref.shape, generator=g, dtype=torch.float64)
         monkeypatch.setattr(compare, "CHUNK", [1, 2, 3, 7, 64][case % 5])
@@ -205,9 +205,11 @@ def _fused_cases() -> int:
                 ref.reshape(-1)[i], flat[i] = kind, kind
         kwargs = {}
         if case % 4 == 1:
-            kwargs["scale"] = [0.0, 1e-3, 1.0, 3.0][case % 4]
-        if case % 6 == 2:
+            kwargs["scale"] = [0.0, 1e-3, 1.0, 3.0][(case // 4) % 4]
+        if case % 6 == 2 or case % 12 == 1:  # (with a given scale too, now and then)
             kwargs["allowance"] = torch.rand(ref.shape, generator=g, dtype=torch.float64)
+        if ref.dim() == 2 and case % 7 == 0:
+            out = out.t().contiguous().t()  # a strided output, same values
         compare.FUSED = True
         got = compare.compare_outputs(out, ref, ATOL, RTOL, **kwargs)
         compare.FUSED = False

@@ -1,6 +1,7 @@
 """A crashing, hanging, hostile or greedy candidate is a failed result, never a grader crash."""
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -44,6 +45,7 @@ class ModelNew(nn.Module):
 def test_exit_in_constructor_is_a_compile_failure():
     r = grade('''
 import os
+from pathlib import Path
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
@@ -57,6 +59,7 @@ class ModelNew(nn.Module):
 def test_native_crash_in_forward_is_a_failed_result():
     r = grade('''
 import os
+from pathlib import Path
 class ModelNew(nn.Module):
     def forward(self, x):
         os.abort()
@@ -279,6 +282,7 @@ def test_a_child_whose_request_was_given_up_on_is_killed_when_its_reply_comes(tm
 def test_a_forked_worker_sees_the_environment_of_its_own_request(monkeypatch):
     body = '''
 import os
+from pathlib import Path
 class ModelNew(nn.Module):
     def forward(self, x):
         assert os.environ.get("DRK_SANDBOX_PROBE") == "%s", os.environ.get("DRK_SANDBOX_PROBE")
@@ -381,3 +385,43 @@ def test_a_cancelled_worker_is_still_reaped_when_released(release):
     assert proc.proc.returncode is not None
     assert proc.conn.closed
     assert not proc.workdir.exists()
+
+
+def test_a_load_in_two_parts_must_be_one_load(tmp_path):
+    """The grader loads a candidate in two requests (LoadRequest.part: ``prepare`` outside the GPU
+    gate, then ``candidate``). The worker takes the second half only right after its own first
+    half, with every other field the same, and never a second load."""
+    import dataclasses
+    import shutil
+
+    from drkernel.env.protocol import LoadRequest
+    from drkernel.env.sandbox import CandidateProcess
+
+    fixtures = Path(__file__).parent / "fixtures"
+    task = (fixtures / "tasks" / "relu.py").read_text()
+
+    def load(p, **kw):
+        cand = p.workdir / "candidate.py"
+        shutil.copy(fixtures / "candidates" / "honest" / "relu_basic.py", cand)
+        base = LoadRequest(role="candidate", task_source=task, task_name="relu", device="cpu", task_size="small",
+                           entry_point="Model", init_seed=7, candidate_file=str(cand), launch_budget_ms=0.0)
+        return base, dataclasses.replace(base, **kw)
+
+    with CandidateProcess("cpu") as p:
+        p.wait_ready(120)
+        base, candidate = load(p, part="candidate")
+        r = p.request(candidate, 60)  # no prepare before it
+        assert not r.ok and "prepare part" in r.body.error
+    with CandidateProcess("cpu") as p:
+        p.wait_ready(120)
+        base, _ = load(p)
+        assert p.request(dataclasses.replace(base, part="prepare"), 60).ok
+        r = p.request(dataclasses.replace(base, part="candidate", init_seed=8), 60)  # not the same load
+        assert not r.ok and "prepare part" in r.body.error
+    with CandidateProcess("cpu") as p:
+        p.wait_ready(120)
+        base, _ = load(p)
+        assert p.request(dataclasses.replace(base, part="prepare"), 60).ok
+        assert p.request(dataclasses.replace(base, part="candidate"), 60).ok
+        r = p.request(base, 60)
+        assert not r.ok and "second load" in r.body.error
