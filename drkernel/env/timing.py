@@ -263,6 +263,8 @@ def run_calls(h: TimingHarness, req: TimeRequest) -> TimeReply:
         phases["inputs"] += t1 - t0
         try:
             out, call = h.call(x, "no_grad", timed=True)
+        except CandidateError:  # (the harness's own verdict on the call)
+            raise
         except BaseException as exc:  # noqa: BLE001 - the model's failure, stage timing
             raise CandidateError("timing", ("ModelNew.forward" if h.role == "candidate" else "the reference")
                                  + " raised while timed: " + trim_traceback(exc, h.candidate_file)) from None

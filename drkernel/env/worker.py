@@ -51,7 +51,7 @@ def _mode_state(mode: Any) -> tuple[Any, type, dict[str, Any]]:
 
 
 def _mode_changed(now: tuple[Any, type, dict[str, Any]], before: tuple[Any, type, dict[str, Any]] | None) -> bool:
-    if before is None:
+    if before is None or not all(type(k) is str for k in now[2]):  # (no key of another type is hashed)
         return True
     return (now[0] is not before[0] or now[1] is not before[1] or now[2].keys() != before[2].keys()
             or any(now[2][k] is not v for k, v in before[2].items()))
@@ -173,8 +173,12 @@ class Harness:
         loop also holds: read from it, the check is not looked up on a class the candidate reaches."""
         self._cuda_sync = getattr(torch._C, "_cuda_synchronize", None)  # the C function (no Python of torch's)
         # bound now, used between the calls where the candidate's rebindings must not reach
-        self._tensor_type = torch.Tensor
+        self._tensor_type, self._param_type = torch.Tensor, torch.nn.Parameter
         self._set_grad, self._grad_enabled = torch._C._set_grad_enabled, torch._C.is_grad_enabled
+        # a tensor's own attributes (its instance dictionary, read by the C descriptor): an entry
+        # there shadows the method of that name (numel, stride, detach, copy_...) for the harness too
+        self._instance_dict = torch.Tensor.__dict__["__dict__"].__get__
+        self._type_name = type.__dict__["__name__"].__get__
 
     # -- warm start (no candidate yet) --------------------------------------------------------------
     def warm_cuda(self) -> None:
@@ -358,6 +362,8 @@ class Harness:
         lap("prefill")
         try:
             out, call = self.call(inputs, req.grad_mode, timed=False)
+        except CandidateError:
+            raise
         except BaseException as exc:  # noqa: BLE001
             raise CandidateError("correctness", "ModelNew.forward raised: "
                                  + trim_traceback(exc, self.candidate_file)) from None
@@ -365,8 +371,9 @@ class Harness:
         lap("call")  # (call() checked the seal last: nothing that can run the candidate's code since)
         reply = RunReply(launches=call["launches"], call_s=call["host_ms"] / 1e3, foreign=call["foreign"],
                          draw_s=draw_s, phases_s=phases)
-        if not isinstance(out, torch.Tensor):
-            reply.not_tensor = f"forward returned {type(out).__name__}, expected a single torch.Tensor"
+        kind = type(out)  # (never isinstance: it would read a __class__ property of the candidate's object)
+        if kind is not self._tensor_type and not issubclass(kind, self._tensor_type):
+            reply.not_tensor = f"forward returned {self._type_name(kind)}, expected a single torch.Tensor"
             return reply
         lazy = lazy_output_reason(out, self.device)
         if lazy:
@@ -424,6 +431,8 @@ class Harness:
             self.fences.begin()
         foreign_before = self._foreign_total()
         self.recorder.reset()
+        tensor = self._tensor_type
+        watched = [x for x in inputs if type(x) is tensor]  # (the harness drew them: exact tensors)
         grad = {"no_grad": torch.no_grad, "enable_grad": torch.enable_grad,
                 "inference_mode": torch.inference_mode}[grad_mode]
         t0 = perf()
@@ -438,6 +447,7 @@ class Harness:
         arm(out)  # still inside the window (drkernel.env.capture)
         if cuda:  # inside the window (the device's clock is the kernels' records): first, before any lookup
             seal("after the forward")
+        shadowed = self._shadowed(out, watched)  # before any method of theirs is called
         t1 = perf()
         if cuda:
             fence_end()
@@ -455,6 +465,11 @@ class Harness:
         # the request's full check comes after all calls.
         self.after_call()
         seal("after the call's checks")  # they ran torch's Python: nothing of the harness's is used before this
+        if shadowed:
+            self._add("harness_tampered", shadowed)
+            raise CandidateError("timing" if timed else "correctness", (
+                f"{shadowed}: tensors the grader reads (the output, the inputs, the parameters) must keep "
+                "torch's own class and methods"))
         t3 = perf()
         foreign, launches = self._foreign_total() - foreign_before, self.recorder.total()
         t4 = perf()
@@ -469,6 +484,31 @@ class Harness:
                      "parts_ms": {"pre_keep": (t_kept - t_pre) * 1e3, "pre_sync": (t_synced - t_kept) * 1e3,
                                   "pre_queue": (t0 - t_synced) * 1e3, "after_guard": (t3 - t_after) * 1e3,
                                   "after_count": (t4 - t3) * 1e3}}
+
+    def _shadowed(self, out: Any, inputs: list[Any]) -> str | None:
+        """What of the call's tensors no longer answers with torch's own methods, or None: the
+        output, the call's input tensors, the model's parameters and buffers must be of their
+        exact class with no attribute of their own. An instance attribute (``out.numel = ...``,
+        set without an audit event) or a reassigned ``__class__`` shadows the methods the harness
+        calls on them after the call (reading the output's size and strides, checking inputs for
+        mutation, reloading parameters): the candidate's code would run there, off the clock, and
+        answer for the grader's checks. Only C-level reads here (``type``, the dictionary's
+        descriptor)."""
+        if self.role != "candidate":
+            return None
+        own, tensor = self._instance_dict, self._tensor_type
+        if type(out) is tensor and own(out):
+            return "the output carries attributes of its own"
+        for t in inputs:
+            if type(t) is not tensor or own(t):
+                return "an input was given attributes or another class"
+        for t in self._params:
+            if type(t) is not self._param_type or own(t):
+                return "a parameter was given attributes or another class"
+        for t in self._buffers:
+            if type(t) is not tensor or own(t):
+                return "a buffer was given attributes or another class"
+        return None
 
     def _keep_alive(self, inputs: list[Any]) -> None:
         """Earlier calls' inputs stay alive (up to :data:`KEEP_BYTES`, at least the last call's), so a
@@ -541,15 +581,19 @@ class Harness:
         :meth:`reload`: listed once, here, so a reload runs none of the candidate's code."""
         torch = self.torch
         params = list(self.model.parameters())
-        buffers = [b for b in self.model.buffers() if b.is_floating_point()] if self.params_reloadable_buffers else []
-        if self.role == "candidate":
-            odd = sorted({type(t).__name__ for t in params if type(t) is not torch.nn.Parameter}
-                         | {type(t).__name__ for t in buffers if type(t) is not torch.Tensor})
+        buffers = list(self.model.buffers()) if self.params_reloadable_buffers else []
+        if self.role == "candidate":  # (before any method of theirs is called: see _shadowed)
+            own, name = self._instance_dict, self._type_name
+            odd = sorted({name(type(t)) for t in params if type(t) is not torch.nn.Parameter}
+                         | {name(type(t)) for t in buffers if type(t) is not torch.Tensor})
+            if not odd and any(own(t) for t in params + buffers):
+                odd = ["a tensor with attributes of its own"]
             if odd:
                 raise CandidateError("compile", (
                     f"{self.entry_point}New's parameters must be plain torch.nn.Parameter objects and its buffers "
                     f"plain tensors (found {', '.join(odd)}): the grader loads fresh values into them between "
                     "calls, and that must not run any code of yours."))
+        buffers = [b for b in buffers if b.is_floating_point()]
         self._params, self._buffers = params, buffers
         self._initial = [t.detach().clone() for t in params + buffers]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 RUNNER = textwrap.dedent('''
-    import gc, json, socket, sys, time
+    import gc, json, socket, sys, time, weakref
     import torch
     from drkernel.env.protocol import TimeRequest
     from drkernel.env.timing import run_calls
@@ -44,15 +44,16 @@ RUNNER = textwrap.dedent('''
             s.me = s
             return x + 1
 
-    class TaggedOutput(torch.nn.Module):  # freed when the harness lets go of the output
+    # (a weakref finaliser, not an attribute: a tensor the harness reads must have none of its own)
+    class TaggedOutput(torch.nn.Module):  # runs when the harness lets go of the output
         def forward(self, x):
             y = x + 1
-            y.tag = Sleeper()
+            weakref.finalize(y, time.sleep, SLEEP)
             return y
 
-    class TaggedInput(torch.nn.Module):  # freed when the harness stops keeping the inputs alive
+    class TaggedInput(torch.nn.Module):  # runs when the harness stops keeping the inputs alive
         def forward(self, x):
-            x.tag = Sleeper()
+            weakref.finalize(x, time.sleep, SLEEP)
             return x + 1
 
     def fresh():  # nothing left over from the previous model's calls
