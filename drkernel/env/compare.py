@@ -262,10 +262,16 @@ def is_dense(t: torch.Tensor) -> bool:
     return t.numel() == 0 or (span is not None and span[1] - span[0] >= t.numel() * t.element_size())
 
 
+_TYPE_NAME, _TYPE_MODULE = type.__dict__["__name__"].__get__, type.__dict__["__module__"].__get__
+
+
 def lazy_output_reason(out: object, expected_device: torch.device | str) -> str | None:
     """Why ``out`` is not a plain dense tensor with real storage (None when it is)."""
     if type(out) is not torch.Tensor:  # noqa: E721 - subclasses are exactly what we reject
-        return f"output is {type(out).__module__}.{type(out).__name__}, not a plain torch.Tensor"
+        # (the names through type's own descriptors: a metaclass of the candidate's could answer
+        # ``__module__`` or ``__name__`` with its code)
+        kind = type(out)
+        return f"output is {_TYPE_MODULE(kind)}.{_TYPE_NAME(kind)}, not a plain torch.Tensor"
     if out.layout != torch.strided:
         return f"output has layout {out.layout}, not strided"
     if out.device.type == "meta":

@@ -243,3 +243,21 @@ def test_the_fused_kernels_agree_with_the_torch_comparison():
                           cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "checked 120" in proc.stdout
+
+
+def test_the_lazy_output_check_runs_none_of_the_outputs_code():
+    """A tensor subclass whose metaclass answers ``__module__``/``__name__`` with code: the output
+    is refused by its exact type, and named through type's own descriptors."""
+    ran = []
+
+    class Meta(type(torch.Tensor)):
+        @property
+        def __module__(cls):
+            ran.append("module")
+            return "elsewhere"
+
+    class Sub(torch.Tensor, metaclass=Meta):
+        pass
+
+    reason = lazy_output_reason(torch.randn(2).as_subclass(Sub), "cpu")
+    assert reason is not None and "Sub, not a plain torch.Tensor" in reason and ran == []
