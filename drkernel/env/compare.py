@@ -262,7 +262,9 @@ def is_dense(t: torch.Tensor) -> bool:
     return t.numel() == 0 or (span is not None and span[1] - span[0] >= t.numel() * t.element_size())
 
 
-_TYPE_NAME, _TYPE_MODULE = type.__dict__["__name__"].__get__, type.__dict__["__module__"].__get__
+type_name, _type_module = type.__dict__["__name__"].__get__, type.__dict__["__module__"].__get__
+"""A class's name and module read through ``type``'s own descriptors (``cls.__name__`` is looked up
+on the metaclass first, and a candidate's metaclass can answer it with its code)."""
 
 
 def lazy_output_reason(out: object, expected_device: torch.device | str) -> str | None:
@@ -271,7 +273,7 @@ def lazy_output_reason(out: object, expected_device: torch.device | str) -> str 
         # (the names through type's own descriptors: a metaclass of the candidate's could answer
         # ``__module__`` or ``__name__`` with its code)
         kind = type(out)
-        return f"output is {_TYPE_MODULE(kind)}.{_TYPE_NAME(kind)}, not a plain torch.Tensor"
+        return f"output is {_type_module(kind)}.{type_name(kind)}, not a plain torch.Tensor"
     if out.layout != torch.strided:
         return f"output has layout {out.layout}, not strided"
     if out.device.type == "meta":

@@ -109,6 +109,7 @@ class Harness:
 
         from drkernel.env import tensor_io
         from drkernel.env.audit import Auditor
+        from drkernel.env.compare import type_name
         from drkernel.env.launches import LaunchRecorder
         from drkernel.env.timing import SpotChannel
 
@@ -178,7 +179,7 @@ class Harness:
         # a tensor's own attributes (its instance dictionary, read by the C descriptor): an entry
         # there shadows the method of that name (numel, stride, detach, copy_...) for the harness too
         self._instance_dict = torch.Tensor.__dict__["__dict__"].__get__
-        self._type_name = type.__dict__["__name__"].__get__
+        self._type_name = type_name
 
     # -- warm start (no candidate yet) --------------------------------------------------------------
     def warm_cuda(self) -> None:
