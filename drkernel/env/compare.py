@@ -40,10 +40,15 @@ class Comparison:
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     mismatch_frac: float | None = None
+    precision: dict | None = None
+    """The oracle's measurements (:func:`drkernel.env.precision.judge`), when it judged."""
 
     def to_dict(self) -> dict:
-        return {"ok": self.ok, "message": self.message, "max_abs_err": self.max_abs_err,
-                "max_rel_err": self.max_rel_err, "mismatch_frac": self.mismatch_frac}
+        d = {"ok": self.ok, "message": self.message, "max_abs_err": self.max_abs_err,
+             "max_rel_err": self.max_rel_err, "mismatch_frac": self.mismatch_frac}
+        if self.precision is not None:
+            d["precision"] = self.precision
+        return d
 
 
 CONDITION_ULPS = 64.0

@@ -10,7 +10,8 @@ DISTRIBUTIONS = ("native", "negated", "scaled")
 
 #: env.yaml ``correctness:`` keys, each mapped to its EvalConfig field.
 CORRECTNESS_KEYS = {"trials_per_distribution": "trials_per_distribution", "distributions": "distributions",
-                    "atol": "atol", "rtol": "rtol", "determinism_check": "determinism_check"}
+                    "atol": "atol", "rtol": "rtol", "determinism_check": "determinism_check",
+                    "precision": "precision"}
 #: env.yaml ``timing:`` keys, each mapped to its EvalConfig field.
 TIMING_KEYS = {"warmup": "warmup", "trials": "timing_trials", "reference_backend": "reference_backend",
                "spot_checks": "spot_checks", "spot_rate": "spot_rate", "spot_sample": "spot_sample",
@@ -32,10 +33,17 @@ class EvalConfig:
     """Correctness trials for each input distribution, each with fresh inputs from a hidden seed."""
     distributions: tuple[str, ...] = DISTRIBUTIONS
     """Input transforms applied to floating inputs: native, negated (-x), scaled (x * s)."""
+    precision: str | None = None
+    """How float outputs are judged (:data:`drkernel.env.precision.POLICIES`): ``reference`` (against a
+    float64 oracle, as accurate as the reference in its own dtypes), ``tf32``/``bf16``/``fp16``
+    (operands may be rounded to that format), ``kernelbench`` (allclose 1e-2 against the reference),
+    ``rms`` (``atol``/``rtol`` below). None: the task's ``PRECISION``, else ``reference``. Set here (a
+    suite's env.yaml, a run's ``--precision``), it overrides the task's."""
     atol: float = 1e-4
-    """Absolute tolerance, relative to rms(reference output): |out - ref| <= atol*rms(ref) + rtol*|ref|."""
+    """Absolute tolerance of the ``rms`` policy (and of the fallback where the reference has no
+    float64 oracle), relative to rms(reference output): |out - ref| <= atol*rms(ref) + rtol*|ref|."""
     rtol: float = 1e-4
-    """Relative tolerance, elementwise."""
+    """Relative tolerance of the ``rms`` policy, elementwise."""
     determinism_check: bool = True
     """Re-run one trial with memory pre-filled by a different garbage pattern; outputs must agree."""
 
@@ -143,6 +151,10 @@ class EvalConfig:
             raise ValueError(f"precompile_timeout_s must be >= 0, got {self.precompile_timeout_s}")
         if self.spot_sample < 0:
             raise ValueError(f"spot_sample must be >= 0, got {self.spot_sample}")
+        if self.precision is not None:
+            from drkernel.env.precision import policy
+
+            policy(self.precision)  # ValueError naming the known policies
         if not 0.0 <= self.min_coverage <= 1.0:
             raise ValueError(f"min_coverage must be in [0, 1], got {self.min_coverage}")
         return self

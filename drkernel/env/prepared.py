@@ -52,10 +52,19 @@ class ReferenceOutput:
     """``sensitivity(out)`` computes, on demand, the output's sensitivity to rounding
     (:meth:`PreparedTask.sensitivity` bound to this output's inputs and parameters; it holds its
     task weakly and raises RuntimeError once the task is gone)."""
+    oracle: torch.Tensor | None = field(default=None, repr=False)
+    """The reference evaluated in float64 on the same inputs and parameters (:mod:`drkernel.env.oracle`);
+    None for integer outputs, or where the reference cannot run in float64 (``oracle_note`` says why)."""
+    oracle_note: str = ""
+    rounded: Callable[[str], torch.Tensor | None] | None = field(default=None, repr=False)
+    """``rounded(fmt)``: the float64 reference on inputs and parameters rounded to ``fmt`` (``tf32``,
+    ``bf16``, ``fp16``), on demand and kept: a looser precision policy's yardstick
+    (:meth:`PreparedTask.rounded_oracle`; held like ``sensitivity``)."""
 
     @property
     def nbytes(self) -> int:
-        return self.out.numel() * self.out.element_size()
+        n = self.out.numel() * self.out.element_size()
+        return n + (self.oracle.numel() * self.oracle.element_size() if self.oracle is not None else 0)
 
 
 @dataclass
@@ -250,6 +259,9 @@ class PreparedTask:
                     reload_parameters(model, reload_seed, buffers=buffers)
             inputs = self.draw(key)
             shapes = ", ".join(str(tuple(t.shape)) for t in tensors_in(inputs)) or "-"
+            # the oracle's copies are taken before the forward (a reference may change its state
+            # or its inputs in place)
+            wide = _widened(model, inputs)
             try:
                 with torch.no_grad():
                     out = model(*inputs)
@@ -260,9 +272,11 @@ class PreparedTask:
                 raise TaskError(f"the reference forward of {self.task.name} returned {type(out).__name__}; "
                                 "a single tensor is required")
             tensors = list(tensors_in(inputs))
+            probe = self._probe(init_seed, key, reload_seed, buffers)
             ref = ReferenceOutput(out.detach(), aliases(out, tensors), is_dense(out),
-                                  shapes, out.is_contiguous(),
-                                  self._sensitivity_of(init_seed, key, reload_seed, buffers))
+                                  shapes, out.is_contiguous(), probe.sensitivity, rounded=probe.rounded)
+            ref.oracle, ref.oracle_note = _oracle_of(out, wide)
+            del wide
             if ref.aliases_input:
                 ref.out = ref.out.clone()  # keep the value, not a view of inputs dropped below
             if not cache:
@@ -276,23 +290,13 @@ class PreparedTask:
                     self._bytes -= old.nbytes
             return ref
 
-    def _sensitivity_of(self, init_seed: int, key: TrialKey, reload_seed: int | None,
-                        buffers: bool) -> Callable[[torch.Tensor], torch.Tensor | None]:
-        """:meth:`sensitivity` for one output, holding this task weakly: an output cached here that
-        held its task would make a cycle, and a task dropped by its last user (``evaluate`` prepares
-        one per call) would keep its outputs and models on the device until the garbage collector
-        ran. An evaluation holds its task while it may ask; asked after its task was dropped, it
-        raises (a silent None would change a verdict)."""
-        task = weakref.ref(self)
-        name = self.task.name
-
-        def estimate(out: torch.Tensor) -> torch.Tensor | None:
-            alive = task()
-            if alive is None:
-                raise RuntimeError(f"the sensitivity of a reference output of {name} was asked after its "
-                                   "PreparedTask was dropped: keep the task while its outputs are compared")
-            return alive.sensitivity(init_seed, key, reload_seed, buffers, out)
-        return estimate
+    def _probe(self, init_seed: int, key: TrialKey, reload_seed: int | None, buffers: bool) -> "_Probe":
+        """:meth:`sensitivity` and :meth:`rounded_oracle` for one output, holding this task weakly:
+        an output cached here that held its task would make a cycle, and a task dropped by its last
+        user (``evaluate`` prepares one per call) would keep its outputs and models on the device
+        until the garbage collector ran. An evaluation holds its task while it may ask; asked after
+        its task was dropped, it raises (a silent None would change a verdict)."""
+        return _Probe(weakref.ref(self), self.task.name, (init_seed, key, reload_seed, buffers))
 
     SENSITIVITY_DRAWS = 4
     """Perturbed forwards per sensitivity estimate: one change falls below a tenth of its scale with
@@ -301,46 +305,79 @@ class PreparedTask:
 
     def sensitivity(self, init_seed: int, key: TrialKey, reload_seed: int | None, buffers: bool,
                     out: torch.Tensor) -> torch.Tensor | None:
-        """``sigma_i = max_k |ref(x * (1 + e_k)) - ref(x)|_i``: how much each element of the
-        reference's output ``out`` moves when every floating input element is perturbed by a
-        relative ``e ~ U(-eps, eps)`` of its dtype (about one unit in the last place), largest over
-        :attr:`SENSITIVITY_DRAWS` draws. Large where the element cancels large terms, ~0 where it
-        saturates or is well conditioned: the scale of an fp32-accurate kernel's rounding error
-        there (:mod:`drkernel.env.compare`). float64 on ``out``'s device; None when the output is
-        not floating or the inputs have nothing to perturb. Deterministic in ``key``. Called only
-        after a comparison failed, so honest fast paths never pay for it."""
+        """``sigma_i = max_k |oracle(x * (1 + e_k)) - oracle(x)|_i``: how much each element of the
+        float64 oracle moves when every floating input element is perturbed by a relative
+        ``e ~ U(-u, u)``, ``u`` float32's machine epsilon (float64's for float64 inputs): one unit in
+        the last place of the arithmetic an honest kernel uses, whatever the inputs' storage dtype
+        (a bf16 input's own ulp would measure a change of the data, 2^16x larger, not rounding).
+        Largest over :attr:`SENSITIVITY_DRAWS` draws. Large where the element cancels large terms,
+        ~0 where it saturates or is well conditioned: the scale of an fp32-accurate kernel's rounding
+        error there (:mod:`drkernel.env.precision`). float64 on ``out``'s device; None when the
+        output is not floating, the inputs have nothing to perturb or the reference does not run in
+        float64. Deterministic in ``key``. Called only after a comparison failed, so honest fast
+        paths never pay for it."""
+        from drkernel.env.oracle import OracleUnavailable, evaluate_float64, widen_inputs, widen_model
+
         if not out.is_floating_point():
             return None
         with self._seed_lock(init_seed):
-            model = self.model(init_seed, reload_seed, buffers)
             inputs = self.draw(key)
             if not any(isinstance(x, torch.Tensor) and x.is_floating_point() for x in inputs):
                 return None
+            model = widen_model(self.model(init_seed, reload_seed, buffers))
+            wide = widen_inputs(inputs)
+            try:
+                base, _ = evaluate_float64(model, wide)
+            except OracleUnavailable:
+                return None
+            if base.shape != out.shape:
+                return None
             sigma = torch.zeros(out.shape, dtype=torch.float64, device=out.device)
-            base = out.to(torch.float64)
+            base = base.to(out.device)
             for k in range(self.SENSITIVITY_DRAWS):
                 gen = None
                 perturbed = []
-                for x in inputs:
+                for x, w in zip(inputs, wide):
                     if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel():
-                        if gen is None or gen.device != x.device:
-                            gen = torch.Generator(device=x.device).manual_seed(
+                        if gen is None or gen.device != w.device:
+                            gen = torch.Generator(device=w.device).manual_seed(
                                 (int(key.seed) * 1_000_003 + 7919 * (k + 1)) % (1 << 63))
-                        u = torch.rand(x.shape, generator=gen, device=x.device, dtype=torch.float64)
-                        eps = torch.finfo(x.dtype).eps
-                        x = (x.to(torch.float64) * (1.0 + (2.0 * u - 1.0) * eps)).to(x.dtype)
-                    perturbed.append(x)
+                        u = torch.rand(w.shape, generator=gen, device=w.device, dtype=torch.float64)
+                        eps = torch.finfo(torch.float64 if x.dtype == torch.float64 else torch.float32).eps
+                        w = w * (1.0 + (2.0 * u - 1.0) * eps)
+                    perturbed.append(w)
                 try:
-                    with torch.no_grad():
-                        moved = model(*perturbed)
-                except Exception:  # noqa: BLE001 - the reference ran on these inputs once: no estimate
+                    moved, _ = evaluate_float64(model, perturbed)
+                except OracleUnavailable:  # the oracle ran on these inputs once: no estimate
                     return None
-                if not isinstance(moved, torch.Tensor) or moved.shape != out.shape:
+                if moved.shape != out.shape:
                     return None
-                diff = (moved.detach().to(torch.float64) - base).abs()
+                diff = (moved.to(out.device) - base).abs()
                 sigma = torch.maximum(sigma, torch.nan_to_num(diff, nan=0.0, posinf=0.0))
                 del moved, diff, perturbed
             return sigma
+
+    def rounded_oracle(self, init_seed: int, key: TrialKey, reload_seed: int | None, buffers: bool,
+                       fmt: str) -> torch.Tensor | None:
+        """The float64 reference on inputs and parameters rounded to ``fmt``
+        (:func:`drkernel.env.precision.round_operand`): what a computation whose operands are taken
+        at that precision, and is otherwise exact, gives. None where there is no oracle."""
+        from drkernel.env.oracle import OracleUnavailable, evaluate_float64, widen_inputs, widen_model
+        from drkernel.env.precision import round_operand
+
+        with self._seed_lock(init_seed):
+            model = widen_model(self.model(init_seed, reload_seed, buffers))
+            with torch.no_grad():
+                for t in list(model.parameters()) + list(model.buffers()):
+                    if t.is_floating_point():
+                        t.copy_(round_operand(t, fmt))
+            inputs = [round_operand(x, fmt) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                      for x in widen_inputs(self.draw(key))]
+            try:
+                out, _ = evaluate_float64(model, inputs)
+            except OracleUnavailable:
+                return None
+            return out
 
     def reference_cost(self, init_seed: int, key: TrialKey) -> float:
         """Byte equivalents of one reference forward (:func:`drkernel.env.profiling.op_cost` over
@@ -434,6 +471,57 @@ def _settled(device: str) -> None:
     stream of its own (:meth:`drkernel.env.evaluation.Evaluation.run`)."""
     if str(device).startswith("cuda"):
         torch.cuda.current_stream(torch.device(device)).synchronize()
+
+
+class _Probe:
+    """The oracle's on-demand measurements of one reference output, holding its task weakly
+    (:meth:`PreparedTask._probe`); a looser policy's rounded oracle is kept once computed."""
+
+    def __init__(self, task: "weakref.ref[PreparedTask]", name: str, args: tuple):
+        self._task, self._name, self._args = task, name, args
+        self._rounded: dict[str, torch.Tensor | None] = {}
+
+    def _alive(self) -> PreparedTask:
+        alive = self._task()
+        if alive is None:
+            raise RuntimeError(f"an oracle measurement of a reference output of {self._name} was asked after its "
+                               "PreparedTask was dropped: keep the task while its outputs are compared")
+        return alive
+
+    def sensitivity(self, out: torch.Tensor) -> torch.Tensor | None:
+        return self._alive().sensitivity(*self._args, out)
+
+    def rounded(self, fmt: str) -> torch.Tensor | None:
+        if fmt not in self._rounded:
+            self._rounded[fmt] = self._alive().rounded_oracle(*self._args, fmt)
+        return self._rounded[fmt]
+
+
+def _widened(model: torch.nn.Module, inputs: list[Any]) -> tuple[torch.nn.Module, list[Any]] | str:
+    """Float64 copies of a reference model and its inputs for the oracle, or why not."""
+    from drkernel.env.oracle import widen_inputs, widen_model
+
+    try:
+        return widen_model(model), widen_inputs(inputs)
+    except Exception as exc:  # noqa: BLE001 - a model that cannot be copied or widened: no oracle
+        return f"the reference cannot be copied to float64: {type(exc).__name__}: {str(exc)[:160]}"
+
+
+def _oracle_of(out: torch.Tensor, wide: tuple[torch.nn.Module, list[Any]] | str) -> tuple[torch.Tensor | None, str]:
+    """``(oracle, note)`` for a reference output (None for integer outputs and where there is none)."""
+    from drkernel.env.oracle import OracleUnavailable, evaluate_float64
+
+    if not (out.is_floating_point() or out.is_complex()):
+        return None, "not used: integer output (compared exactly)"
+    if isinstance(wide, str):
+        return None, wide
+    try:
+        oracle, where = evaluate_float64(*wide)
+    except OracleUnavailable as exc:
+        return None, str(exc)
+    if oracle.shape != out.shape:
+        return None, f"the float64 forward returned shape {tuple(oracle.shape)}, not {tuple(out.shape)}"
+    return oracle.to(out.device), where
 
 
 __all__ = ["PreparedTask", "PreparedCache", "ReferenceOutput", "TrialKey"]

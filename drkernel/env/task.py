@@ -183,6 +183,17 @@ class LoadedTask:
         out = tuple(d for d in requested if d in declared)
         return out or ("native",)
 
+    def precision(self) -> str | None:
+        """The task's ``PRECISION`` (a policy name of :mod:`drkernel.env.precision`), or None."""
+        value = getattr(self.module, "PRECISION", None)
+        if value is None:
+            return None
+        from drkernel.env.precision import POLICIES
+
+        if not isinstance(value, str) or value not in POLICIES:
+            raise TaskError(f"task {self.task.name}: PRECISION must be one of {sorted(POLICIES)}, got {value!r}")
+        return value
+
     def tolerance(self, atol: float, rtol: float) -> tuple[float, float]:
         tol = getattr(self.module, "TOLERANCE", None) or {}
         return float(tol.get("atol", atol)), float(tol.get("rtol", rtol))
@@ -255,9 +266,19 @@ def _as_list(value: Any, what: str) -> list[Any]:
     raise TaskError(f"{what}() must return a list, got {type(value).__name__}")
 
 
+SCALE_RANGE = (1e-2, 1e2)
+"""The ``scaled`` distribution's range of ``s``; its ends are trials of their own (``scaled_min``,
+``scaled_max``: :data:`SCALE_ENDS`)."""
+SCALE_ENDS = {"scaled_min": (SCALE_RANGE[0], 0.5), "scaled_max": (SCALE_RANGE[1], 2.0)}
+"""``(s, t)`` of the trials at the ends of the scale range: every evaluation of a task that allows
+``scaled`` inputs includes both, so a kernel that overflows at large inputs (no max subtraction) or
+misplaces an epsilon (visible at small ones) fails every time, not when a draw lands there."""
+
+
 def distribution_scale(seed: int) -> float:
     """``s`` for the ``scaled`` distribution: log-uniform in [1e-2, 1e2], from the trial seed."""
-    return float(10.0 ** np.random.default_rng(seed).uniform(-2.0, 2.0))
+    lo, hi = SCALE_RANGE
+    return float(10.0 ** np.random.default_rng(seed).uniform(np.log10(lo), np.log10(hi)))
 
 
 def scalar_scale(seed: int) -> float:
@@ -281,23 +302,27 @@ def transform_inputs(inputs: list[Any], distribution: str, seed: int, fixed: tup
     flipped), integer tensors shuffled. ``scaled``: floating tensors ``x * s`` (``s`` log-uniform in
     [1e-2, 1e2]), boolean and integer tensors shuffled, Python ``float`` arguments ``v * t`` (``t``
     log-uniform in [1/2, 2], its own draw: a temperature or a scale the task passes as a plain
-    number is an input too, and a kernel that bakes its value in fails these trials). Python ints
+    number is an input too, and a kernel that bakes its value in fails these trials).
+    ``scaled_min``/``scaled_max``: the same at the ends of both ranges (:data:`SCALE_ENDS`). Python ints
     and bools (dimensions, flags) are never changed. Shuffling keeps the multiset of values, so
     indices stay in range while their positions change: a kernel that ignores a mask or an index
     input cannot pass on luck. Every seed also draws new values (``get_inputs`` runs under it).
     Positions in ``fixed`` (the task's ``FIXED_INPUTS``) are left as drawn."""
     if distribution == "native":
         return inputs
-    if distribution not in ("negated", "scaled"):
+    if distribution not in ("negated", "scaled", *SCALE_ENDS):
         raise ValueError(f"unknown distribution {distribution!r}")
-    factor = -1.0 if distribution == "negated" else distribution_scale(seed)
+    factor, scalar = {"negated": (-1.0, 1.0), "scaled": (None, None)}.get(distribution) or SCALE_ENDS[distribution]
+    if factor is None:
+        factor, scalar = distribution_scale(seed), scalar_scale(seed)
+    scaled = distribution != "negated"
     gen = torch.Generator().manual_seed(int(seed) % (1 << 63))
     out = []
     for i, x in enumerate(inputs):
         if i in fixed:
             out.append(x)
         elif type(x) is float:  # exactly float: bool and int subclasses of int stay
-            out.append(x * scalar_scale(seed) if distribution == "scaled" else x)
+            out.append(x * scalar if scaled else x)
         elif not isinstance(x, torch.Tensor):
             out.append(x)
         elif x.is_floating_point() or x.is_complex():
