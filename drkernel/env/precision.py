@@ -6,11 +6,16 @@ Notation, per output element ``i`` (all in float64): ``o`` the oracle (:mod:`drk
 ``E_r = rms(e_r)``; ``ulp_out(o)`` the spacing of the output's dtype at ``|o|`` and ``ulp_32(o)``
 float32's (the precision an honest kernel computes in; float64 for float64 outputs)::
 
-    floor_i = A_OUT * ulp_out(o_i) + A_WORK * ulp_32(o_i)           what no kernel need beat
+    floor_i = A_OUT * ulp_out(o_i) + A_WORK * ulp_32(max(|o_i|, rms(o)))    what no kernel need beat
     s_i     = E_r * (1 + |o_i| / rms(o))                             the reference's error scale there
 
-    norm:     rms(e_c) <= K_NORM * E_r + rms(floor)
+    norm:     rms(e_c) <= K_NORM * E_r + rms(floor) [+ K_SENS * rms(sigma)]
     element:  e_c_i    <= K_ELEM * (e_r_i + s_i) + floor_i [+ K_SENS * sigma_i]
+
+The floor's second term judges no element finer than float32's resolution at the output's own scale:
+an element far below ``rms(o)`` (a GELU's tail at -5, ~1e-6 in an output of rms ~50) is the small
+difference of terms of the output's size in any fp32 formula, however exact the reference's own
+library function is there.
 
 The **norm** test is the precision verdict: a kernel about as accurate as the reference passes
 whatever its summation order or rounding (a different order, split-K, ``tf32x3`` products, one
@@ -28,8 +33,9 @@ none larger than ``2 * max(e_r)`` (so a reference without flips allows none: an 
 element fails).
 
 **Ill-conditioned elements.** Where an element is a small difference of large terms, an
-fp32-accurate kernel errs by the terms' rounding while the reference may, by chance, be exact there.
-When the element test fails, it is repeated with ``K_SENS * sigma_i``: ``sigma_i`` is how much the
+fp32-accurate kernel errs by the terms' rounding while the reference may, by chance, be exact there
+(and a float64 reference is the oracle itself: its own error is 0). When a test fails, both are
+repeated with the sensitivity added (``[...]`` above): ``sigma_i`` is how much the
 oracle's element moves when every floating input is perturbed by one float32 unit in the last place
 (:meth:`drkernel.env.prepared.PreparedTask.sensitivity`), the scale of an fp32 kernel's error there.
 
@@ -129,11 +135,11 @@ def _precision_bits(dtype: torch.dtype) -> int:
 
 def ulp(mag: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Spacing of ``dtype``'s values at ``mag`` (float64, >= 0): ``2^(e - p)`` for ``mag = m 2^e``,
-    ``m`` in [0.5, 1), ``p`` the precision in bits; the subnormal spacing below the normal range."""
-    p = _precision_bits(dtype)
-    fi = torch.finfo(dtype if dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64) else torch.float32)
-    lowest = math.log2(fi.smallest_normal) + 1 - p  # exponent of the subnormal spacing
+    ``m`` in [0.5, 1), ``p`` the precision in bits; the subnormal spacing below the normal range
+    (:func:`_format`)."""
+    p, lowest = _format(dtype)
     _, e = torch.frexp(mag)
+    e = torch.where(mag > 0, e, -1022)  # (frexp(0) has exponent 0: the spacing at 0 is the lowest)
     return torch.exp2(torch.clamp(e.to(torch.float64) - p, min=lowest))
 
 
@@ -168,9 +174,11 @@ class _Stats:
         return math.sqrt(self.sum_o / max(self.n, 1))
 
 
-def _parts(c: torch.Tensor, r: torch.Tensor, o: torch.Tensor, loose: torch.Tensor | None, dtype: torch.dtype):
-    """One chunk widened: ``(finite, e_c, e_r, floor, o)``; ``e_r`` already the policy's (the
-    larger of the reference's and the rounded operands' error), zero where not judged."""
+def _parts(c: torch.Tensor, r: torch.Tensor, o: torch.Tensor, loose: torch.Tensor | None, dtype: torch.dtype,
+           rms_o: float = 0.0):
+    """One chunk widened: ``(finite, e_c, e_r, floor, |o|)``; ``e_r`` already the policy's (the
+    larger of the reference's and the rounded operands' error), zero where not judged; ``floor``
+    needs the output's ``rms_o`` (pass 1 computes it with floor unused)."""
     c, r, o = c.to(torch.complex128 if c.is_complex() else torch.float64), r.to(o.dtype), o
     r_fin = torch.isfinite(r)
     o = torch.where(torch.isfinite(o), o, r)  # where only the oracle is not finite, the reference stands in
@@ -181,15 +189,18 @@ def _parts(c: torch.Tensor, r: torch.Tensor, o: torch.Tensor, loose: torch.Tenso
     if loose is not None:
         e_r = torch.maximum(e_r, torch.where(fin, (loose - o).abs(), zero))
     mag = torch.where(fin, o.abs(), zero)
-    floor = A_OUT * ulp(mag, dtype) + A_WORK * ulp(mag, _work_dtype(dtype))
+    fmag = torch.where(torch.isfinite(o), o.abs(), zero)  # (also where the reference overflowed)
+    floor = A_OUT * ulp(fmag, dtype) + A_WORK * ulp(torch.clamp(fmag, min=rms_o), _work_dtype(dtype))
     return fin, e_c, e_r, floor, mag
 
 
 def judge(out: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor, *, loose: torch.Tensor | None = None,
           sigma: torch.Tensor | None = None) -> Comparison:
     """The verdict on one float output (module docstring). ``out`` may live on another device than
-    ``ref`` (it is moved chunk by chunk); ``loose``: the oracle on operands rounded to the policy's
-    format (None: the ``reference`` policy); ``sigma``: the oracle's sensitivity, per element."""
+    ``ref`` (it is moved there); ``loose``: the oracle on operands rounded to the policy's format
+    (None: the ``reference`` policy); ``sigma``: the oracle's sensitivity, per element. On a GPU the
+    two passes are Triton kernels (:mod:`drkernel.env.precision_kernels`), elsewhere torch
+    operations in chunks of ``CHUNK`` elements; both read the results back once per pass."""
     if out.shape != ref.shape:
         return Comparison(False, f"shape mismatch: got {tuple(out.shape)}, expected {tuple(ref.shape)}")
     if out.dtype != ref.dtype:
@@ -198,74 +209,39 @@ def judge(out: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor, *, loose: 
     if n_all == 0:
         return Comparison(True, "", 0.0, 0.0, 0.0)
     dev = ref.device
-    cf, rf, of = out.detach().reshape(-1), ref.detach().reshape(-1), oracle.detach().reshape(-1)
-    lf = loose.detach().reshape(-1) if loose is not None else None
-    sf = sigma.detach().reshape(-1) if sigma is not None else None
+    flat = [None if t is None else t.detach().reshape(-1).to(dev) for t in (out, ref, oracle, loose, sigma)]
+    cf, rf, of, lf, sf = flat
     dtype = ref.dtype
+    fused = _fused(*[t for t in flat if t is not None])
+    if fused:
+        from drkernel.env import precision_kernels
 
-    # -- pass 1: non-finite values, error norms ------------------------------------------------
-    acc = torch.zeros(5, dtype=torch.float64, device=dev)  # sum e_c^2, e_r^2, floor^2, o^2, n
-    mx = torch.zeros(2, dtype=torch.float64, device=dev)  # max e_c, max e_r
-    bad_nf = torch.zeros(2, dtype=torch.int64, device=dev)  # output non-finite where ref finite; ref non-finite unmatched
-    for s in range(0, n_all, CHUNK):
-        c = cf[s:s + CHUNK].to(dev)
-        r, o = rf[s:s + CHUNK], of[s:s + CHUNK]
-        fin, e_c, e_r, floor, mag = _parts(c, r, o, lf[s:s + CHUNK] if lf is not None else None, dtype)
-        cw = c.to(torch.float64) if not c.is_complex() else c
-        bad_nf[0] += (fin & ~torch.isfinite(cw)).sum()
-        r_nf = ~torch.isfinite(r)
-        if bool(r_nf.any()):
-            rw = r.to(torch.float64) if not r.is_complex() else r
-            same = (torch.isnan(rw) & torch.isnan(cw)) | (rw == cw)
-            bad_nf[1] += (r_nf & ~same & ~(torch.isfinite(o) & torch.isfinite(cw))).sum()
-        acc += torch.stack([e_c.square().sum(), e_r.square().sum(), floor.square().sum(), mag.square().sum(),
-                            fin.sum().to(torch.float64)])
-        mx = torch.maximum(mx, torch.stack([e_c.max(), e_r.max()]))
-    sums, maxima, nonfinite = acc.tolist(), mx.tolist(), bad_nf.tolist()
-    st = _Stats(int(sums[4]), sums[0], sums[1], sums[2], sums[3], maxima[0], maxima[1])
-    if nonfinite[0]:
-        return Comparison(False, f"output has {nonfinite[0]} NaN/Inf value(s) where the reference is finite",
-                          float("inf"), float("inf"), nonfinite[0] / n_all)
-    if st.n == 0 and not nonfinite[1]:
+        cf, rf, of = cf.contiguous(), rf.contiguous(), of.contiguous()
+        lf = lf.contiguous() if lf is not None else None
+        sums, ints = precision_kernels.first_pass(cf, rf, of, lf)
+    else:
+        sums, ints = _first_pass(cf, rf, of, lf, dtype)
+    st = _Stats(int(ints[0]), sums[0], sums[1], 0.0, sums[2], sums[3], sums[4])
+    if ints[1]:
+        return Comparison(False, f"output has {ints[1]} NaN/Inf value(s) where the reference is finite",
+                          float("inf"), float("inf"), ints[1] / n_all)
+    if st.n == 0 and not ints[2]:
         return Comparison(True, "", 0.0, 0.0, 0.0)
-    e_scale = st.rms_r
-    rms_o = st.rms_o or 1.0
-
-    # -- pass 2: the element test, the reference's own flips, the worst element ----------------
-    cnt = torch.zeros(3, dtype=torch.int64, device=dev)  # candidate out of bound, reference out of bound, nonfinite unmatched
-    worst = torch.full((2,), -float("inf"), dtype=torch.float64, device=dev)  # max gap, its flat index
-    over = torch.zeros((), dtype=torch.float64, device=dev)  # largest candidate error among its flips
-    for s in range(0, n_all, CHUNK):
-        c = cf[s:s + CHUNK].to(dev)
-        r, o = rf[s:s + CHUNK], of[s:s + CHUNK]
-        fin, e_c, e_r, floor, mag = _parts(c, r, o, lf[s:s + CHUNK] if lf is not None else None, dtype)
-        base = K_ELEM * e_scale * (1.0 + mag / rms_o) + floor
-        if sf is not None:
-            base = base + K_SENS * sf[s:s + CHUNK].to(device=dev, dtype=torch.float64)
-        bound = base + K_ELEM * e_r
-        out_c = fin & (e_c > bound)
-        cnt[0] += out_c.sum()
-        cnt[1] += (fin & (e_r > base)).sum()
-        r_nf = ~torch.isfinite(r)
-        if bool(r_nf.any()):  # the reference overflowed: the candidate near a finite oracle is fine
-            cw = c.to(torch.float64) if not c.is_complex() else c
-            rw = r.to(torch.float64) if not r.is_complex() else r
-            same = (torch.isnan(rw) & torch.isnan(cw)) | (rw == cw)
-            near = torch.isfinite(o) & torch.isfinite(cw) & ((cw - o).abs() <= base)
-            cnt[2] += (r_nf & ~same & ~near).sum()
-        over = torch.maximum(over, torch.where(out_c, e_c, 0.0).max())
-        gap = torch.where(fin, (e_c - bound) / torch.clamp(bound, min=1e-300), -float("inf"))
-        k = torch.argmax(gap)
-        worst = torch.where(gap[k] > worst[0], torch.stack([gap[k], (k + s).to(torch.float64)]), worst)
-    counts, worst_l, over_l = cnt.tolist(), worst.tolist(), float(over)
-    n_c, n_r, n_nf = counts
-    idx = int(worst_l[1]) if math.isfinite(worst_l[1]) else 0
-    flips_ok = n_c == 0 or (n_c <= F_FLIPS * n_r and over_l <= 2.0 * st.max_r)
-    norm_ok = st.rms_c <= K_NORM * st.rms_r + st.rms_floor
+    e_scale, rms_o = st.rms_r, st.rms_o or 1.0
+    p_out, low_out = _format(dtype)
+    p_work, low_work = _format(_work_dtype(dtype))
+    if fused:
+        st.sum_floor, over, n_c, n_r, n_nf, _, idx, sum_sigma = precision_kernels.second_pass(
+            cf, rf, of, lf, sf, [e_scale, rms_o, K_ELEM, A_OUT, A_WORK, K_SENS], p_out, low_out, p_work, low_work)
+    else:
+        st.sum_floor, over, n_c, n_r, n_nf, _, idx, sum_sigma = _second_pass(cf, rf, of, lf, sf, dtype, e_scale, rms_o)
+    flips_ok = n_c == 0 or (n_c <= F_FLIPS * n_r and over <= 2.0 * st.max_r)
+    norm_ok = st.rms_c <= K_NORM * st.rms_r + st.rms_floor + K_SENS * math.sqrt(sum_sigma / max(st.n, 1))
     ok = norm_ok and flips_ok and n_nf == 0
     frac = n_c / max(st.n, 1)
+    summary = _summary(st, n_c, n_r, dtype, norm_ok)
     if ok:
-        return Comparison(True, "", st.max_c, None, frac, precision=_summary(st, n_c, n_r, dtype, norm_ok))
+        return Comparison(True, "", st.max_c, None, frac, precision=summary)
     got, expected, eager = (_item(t, idx) for t in (cf, of, rf))
     if n_nf:
         msg = (f"{n_nf} element(s) where the reference is NaN/Inf are neither the same nor near the float64 "
@@ -278,7 +254,79 @@ def judge(out: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor, *, loose: 
                + (f" (the reference itself has {n_r} such)" if n_r else " (the reference has none)")
                + "; a localised error (an edge tile, a row, a mask), not rounding")
     msg += f"; worst: got {got:.6g}, float64 value {expected:.6g}, reference {eager:.6g}"
-    return Comparison(False, msg, st.max_c, None, frac, precision=_summary(st, n_c, n_r, dtype, norm_ok))
+    return Comparison(False, msg, st.max_c, None, frac, precision=summary)
+
+
+FUSED = True
+"""Judge GPU outputs with :mod:`drkernel.env.precision_kernels`; False: the torch path everywhere."""
+
+
+def _fused(*tensors: torch.Tensor) -> bool:
+    if not FUSED:
+        return False
+    from drkernel.env import precision_kernels
+
+    return precision_kernels.applies(*tensors)
+
+
+def _format(dtype: torch.dtype) -> tuple[int, int]:
+    """``(p, lowest)``: precision in bits and the exponent of the subnormal spacing (at least
+    -1022, float64's smallest normal: what the kernels can represent)."""
+    p = _precision_bits(dtype)
+    fi = torch.finfo(dtype if dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64) else torch.float32)
+    return p, max(int(math.log2(fi.smallest_normal)) + 1 - p, -1022)
+
+
+def _first_pass(cf, rf, of, lf, dtype) -> tuple[list[float], list[int]]:
+    """The torch path of :func:`drkernel.env.precision_kernels.first_pass`."""
+    dev = rf.device
+    acc = torch.zeros(3, dtype=torch.float64, device=dev)  # sum e_c^2, e_r^2, o^2
+    mx = torch.zeros(2, dtype=torch.float64, device=dev)  # max e_c, max e_r
+    cnt = torch.zeros(4, dtype=torch.int64, device=dev)
+    for s in range(0, rf.numel(), CHUNK):
+        c, r, o = cf[s:s + CHUNK], rf[s:s + CHUNK], of[s:s + CHUNK]
+        fin, e_c, e_r, _, mag = _parts(c, r, o, lf[s:s + CHUNK] if lf is not None else None, dtype)
+        cw, rw = _widen(c), _widen(r)
+        r_nf = ~torch.isfinite(rw)
+        same = (torch.isnan(rw) & torch.isnan(cw)) | (rw == cw)
+        cnt += torch.stack([fin.sum(), (fin & ~torch.isfinite(cw)).sum(),
+                            (r_nf & ~same & ~(torch.isfinite(o) & torch.isfinite(cw))).sum(), r_nf.sum()])
+        acc += torch.stack([e_c.square().sum(), e_r.square().sum(), mag.square().sum()])
+        mx = torch.maximum(mx, torch.stack([e_c.max(), e_r.max()]))
+    return torch.cat([acc, mx]).tolist(), cnt.tolist()
+
+
+def _second_pass(cf, rf, of, lf, sf, dtype, e_scale, rms_o) -> tuple[float, float, int, int, int, float, int, float]:
+    """The torch path of :func:`drkernel.env.precision_kernels.second_pass`."""
+    dev = rf.device
+    cnt = torch.zeros(3, dtype=torch.int64, device=dev)  # candidate out of bound, reference out of bound, nonfinite unmatched
+    fl = torch.zeros(3, dtype=torch.float64, device=dev)  # sum floor^2, max e_c among the candidate's flips, sum sigma^2
+    worst = torch.full((2,), -float("inf"), dtype=torch.float64, device=dev)  # max gap, its flat index
+    for s in range(0, rf.numel(), CHUNK):
+        c, r, o = cf[s:s + CHUNK], rf[s:s + CHUNK], of[s:s + CHUNK]
+        fin, e_c, e_r, floor, mag = _parts(c, r, o, lf[s:s + CHUNK] if lf is not None else None, dtype, rms_o)
+        base = K_ELEM * e_scale * (1.0 + mag / rms_o) + floor
+        if sf is not None:
+            sig = torch.where(fin, sf[s:s + CHUNK].to(torch.float64), 0.0)
+            base = base + K_SENS * sig
+            fl[2] += sig.square().sum()
+        bound = base + K_ELEM * e_r
+        out_c = fin & (e_c > bound)
+        cw, rw = _widen(c), _widen(r)
+        same = (torch.isnan(rw) & torch.isnan(cw)) | (rw == cw)
+        near = torch.isfinite(o) & torch.isfinite(cw) & ((cw - o).abs() <= base)
+        cnt += torch.stack([out_c.sum(), (fin & (e_r > base)).sum(), (~torch.isfinite(rw) & ~same & ~near).sum()])
+        fl[0] += torch.where(fin, floor, 0.0).square().sum()
+        fl[1] = torch.maximum(fl[1], torch.where(out_c, e_c, 0.0).max())
+        gap = torch.where(fin, (e_c - bound) / torch.clamp(bound, min=1e-300), -float("inf"))
+        k = torch.argmax(gap)
+        worst = torch.where(gap[k] > worst[0], torch.stack([gap[k], (k + s).to(torch.float64)]), worst)
+    f, w, counts = fl.tolist(), worst.tolist(), cnt.tolist()
+    return f[0], f[1], counts[0], counts[1], counts[2], w[0], int(w[1]) if math.isfinite(w[1]) else 0, f[2]
+
+
+def _widen(t: torch.Tensor) -> torch.Tensor:
+    return t if t.is_complex() else t.to(torch.float64)
 
 
 def _item(flat: torch.Tensor, idx: int) -> float:
@@ -289,7 +337,7 @@ def _item(flat: torch.Tensor, idx: int) -> float:
 def _ratio(st: _Stats) -> str:
     if st.rms_r <= 0:
         return "where the reference is exact to the last bit, against"
-    return f"{st.rms_c / st.rms_r:,.0f}x"
+    return f"{_approx(st.rms_c / st.rms_r)}x"
 
 
 def _summary(st: _Stats, n_c: int, n_r: int, dtype: torch.dtype, norm_ok: bool) -> dict:
@@ -300,11 +348,18 @@ def _summary(st: _Stats, n_c: int, n_r: int, dtype: torch.dtype, norm_ok: bool) 
             "flips": n_c, "reference_flips": n_r, "norm_ok": norm_ok}
 
 
+def _approx(x: float) -> str:
+    """Two significant digits (a message must not depend on a sum's last bits): 4,100; 2.3e+14."""
+    if not math.isfinite(x) or x >= 1e6:
+        return f"{x:.2g}"
+    return f"{float(f'{x:.2g}'):,.0f}" if x >= 10 else f"{x:.2g}"
+
+
 def _cause(st: _Stats, dtype: torch.dtype) -> str:
     """What an error of this size usually is: named by its relative size against the output's rms."""
     rel = st.rms_c / st.rms_o if st.rms_o else float("inf")
     ulps = rel / 2.0 ** (1 - _precision_bits(dtype))
-    size = f"~{ulps:,.0f} ulp of {str(dtype).replace('torch.', '')}"
+    size = f"~{_approx(ulps)} ulp of {str(dtype).replace('torch.', '')}"
     if rel >= 2.0 ** -6:
         return f"{size}: not a rounding difference, the computation differs (a term missing, a wrong formula)"
     if dtype in (torch.float32, torch.float64) and rel >= 2.0 ** -16:

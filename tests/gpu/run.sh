@@ -8,6 +8,7 @@
 #                                         installed first: tests/gpu/verl/README.md; not in the default)
 #                                         rollout (local generation tokens/s; not in the default)
 #                                         redteam (the black-box corpus; OLD_DRKERNEL=dir for a before run)
+#                                         precision (the oracle's GPU tests, the precision corpus, its cost)
 #                                         ab (the grader sweep of this checkout and of OLD_DRKERNEL, arms
 #                                         alternating in one call: AB_ARMS, AB_HOLDS, CAPACITIES, SWEEP_ROUNDS; not in
 #                                         the default). OLD_DRKERNEL is a directory under the repository
@@ -106,6 +107,16 @@ for stage in $STAGES; do
                 PYTHONPATH="$ROOT/$OLD_DRKERNEL" $PY tests/benchmarks/grade_corpus.py tests/env/redteam --device cuda \
                   --label "old" --out "$OUT/redteam_cuda_old.json" 2>&1 | tee "$OUT/redteam_cuda_old.log" | tail -12
               fi ;;
+    # ---- precision: the float64 oracle's verdicts on the GPU (tests/gpu/test_gpu_precision.py), the
+    # precision corpus (tests/env/precision) and what the oracle costs the grader.
+    precision) $PY -m pytest tests/gpu/test_gpu_precision.py -o addopts="" -q -ra -s -p no:cacheprovider 2>&1 \
+                | tee "$OUT/gpu_precision.log" || status=1
+              if [ -f tests/env/precision/manifest.yaml ]; then
+                $PY tests/benchmarks/grade_corpus.py tests/env/precision --device cuda --label new \
+                  --out "$OUT/precision_cuda.json" 2>&1 | tee "$OUT/precision_cuda.log" | tail -14 || status=1
+              fi
+              $PY tests/benchmarks/diagnostics/precision_cost.py --out "$OUT/precision_cost.json" 2>&1 \
+                | tee "$OUT/precision_cost.log" || status=1 ;;
     # ---- rollout: tokens/s of the local trainer's batched generation (tiny model built here, as the
     # GPU local stage's; batched vs one-at-a-time). ROLLOUT_DEVICE=cpu checks the stage on a CPU box.
     rollout)  mkdir -p "$OUT/rollout"
