@@ -578,7 +578,8 @@ class StateGuard:
                      "triton.runtime.jit.KernelInterface", "triton.runtime.interpreter.InterpretedFunction",
                      "triton.runtime.interpreter.GridExecutor",
                      # the CPU's emulation of a GPU (drkernel.env.interpreter): replaced before the snapshot
-                     "triton.runtime.interpreter.InterpreterBuilder", "triton.runtime.autotuner.Autotuner", "triton.compiler.compiler.CompiledKernel",
+                     "triton.runtime.interpreter.InterpreterBuilder", "triton.runtime.interpreter.ReduceOps",
+                     "triton.runtime.autotuner.Autotuner", "triton.compiler.compiler.CompiledKernel",
                      "triton.backends.nvidia.driver.CudaLauncher"):
             obj = _resolve(path)
             if isinstance(obj, type):

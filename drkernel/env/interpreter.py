@@ -13,6 +13,13 @@ before the seal and the fingerprint take their snapshots, which then watch the r
   -> bf16 rounds once (through fp32 rounded to odd), integers through fp64; bf16 -> anything goes
   through its exact fp32 value. Bit for bit ``tensor.to(torch.bfloat16)``. Other casts are NumPy's
   (already round to nearest even, as a GPU).
+* **bf16 arithmetic** (the float operations of :data:`BF16_OPS`: ``+ - * /``, min/max, fma, math
+  functions, comparisons). The interpreter applied them to bf16's raw 16 bits as integers
+  (``a * b`` gave ~1e31). Now on the fp32 values, the result rounded once to bf16 (a GPU's bf16
+  operation rounds its exact result once; fp32's 24 bits make the double rounding harmless for
+  ``+ - * /`` and sqrt; an fma Triton contracts on a GPU rounds once where this rounds twice).
+  Reductions' fast paths (``tl.sum``, ``tl.max``/``tl.min``/argmax/argmin) on bf16 likewise: on
+  the values, a sum in fp32 rounded once (a GPU's order and roundings differ by bf16 ulps).
 * **``tl.dot``** (``create_dot``). bf16 operands were multiplied as 16-bit *integers* (~1e10); fp16
   ones accumulated in the output type. Now bf16 and fp16 operands are multiplied exactly and
   accumulated in fp32 (an fp16 ``out_dtype`` rounds once at the end), as a tensor core does. fp32
@@ -36,7 +43,7 @@ before the seal and the fingerprint take their snapshots, which then watch the r
   GPU driver, and failed ("0 active drivers"). On the CPU a config's time means nothing: the
   autotuner runs no benchmark and takes **the first config** (after the kernel's own pruning), as
   if it were the fastest; the other configs are not run. Each choice is reported
-  (:func:`install`'s reader; the worker's ``RunReply.interpreter``). A GPU may choose another
+  (:func:`install`'s ledger; the worker's ``RunReply.interpreter``). A GPU may choose another
   config: a kernel whose other configs are wrong is judged right here only for the first.
 * **What the interpreter cannot run** (``tl.inline_asm_elementwise``, extern elementwise calls):
   recorded here before the interpreter's own error is raised, so the worker reports the call as
@@ -46,7 +53,8 @@ Accumulation order still differs from a GPU's (NumPy's BLAS sums in its own orde
 size of rounding as the GPU's, not the same bits.
 
 Nothing here refers to the harness: the replacements close over NumPy, Triton and two record lists
-behind a generator (:func:`drkernel.env.audit.sealed_ledger`), whose reader only the worker holds.
+behind a generator (:func:`drkernel.env.audit.sealed_ledger`): they can add records, and only the
+worker, which holds the ledger itself, reads them.
 """
 
 from __future__ import annotations
@@ -59,6 +67,15 @@ import numpy as np
 #: accepted only the first three).
 DOT_PRECISIONS = ("tf32", "tf32x3", "ieee", "bf16x3", "bf16x6")
 
+#: The interpreter's float operations (builder methods) that computed on bf16's raw bits.
+BF16_OPS = ("create_fadd", "create_fsub", "create_fmul", "create_fdiv", "create_frem", "create_precise_divf",
+            "create_minimumf", "create_minnumf", "create_maximumf", "create_maxnumf", "create_clampf", "create_fma",
+            "create_cos", "create_sin", "create_exp", "create_exp2", "create_log", "create_log2", "create_sqrt",
+            "create_precise_sqrt", "create_rsqrt", "create_floor", "create_ceil", "create_erf", "create_fneg",
+            "create_fcmpOEQ", "create_fcmpONE", "create_fcmpOGT", "create_fcmpOGE", "create_fcmpOLT",
+            "create_fcmpOLE", "create_fcmpUEQ", "create_fcmpUNE", "create_fcmpUGT", "create_fcmpUGE",
+            "create_fcmpULT", "create_fcmpULE", "create_fcmpORD", "create_fcmpUNO")
+
 UNJUDGEABLE = "cannot be judged on the CPU; grade on a GPU"
 """The start of the message of a call that failed on something the interpreter cannot run."""
 
@@ -69,9 +86,15 @@ POLICY = ("Triton interpreter (CPU) made to compute as a GPU does: bf16 conversi
 
 
 # -- conversions (NumPy arrays of bits) -----------------------------------------------------------------
+def _u32(x: Any) -> np.ndarray:
+    """fp32 values as their bits (any shape, 0-d included)."""
+    a = np.asarray(x, dtype=np.float32)
+    return (a if a.flags.c_contiguous else a.copy()).view(np.uint32)
+
+
 def f32_to_bf16_bits(x: np.ndarray, rtz: bool = False) -> np.ndarray:
     """fp32 values -> bf16 bits (uint16): nearest, ties to even (``rtz``: towards zero). NaN stays NaN."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    u = _u32(x)
     nan = (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
     if rtz:
         r = u >> np.uint32(16)
@@ -84,7 +107,7 @@ def f32_to_bf16_bits(x: np.ndarray, rtz: bool = False) -> np.ndarray:
 
 def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
     """bf16 bits (uint16) -> their exact fp32 values."""
-    return (np.ascontiguousarray(bits).astype(np.uint32) << np.uint32(16)).view(np.float32)
+    return (np.asarray(bits).astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
 def f64_to_f32_odd(x: np.ndarray) -> np.ndarray:
@@ -96,7 +119,7 @@ def f64_to_f32_odd(x: np.ndarray) -> np.ndarray:
         over = np.abs(f.astype(np.float64)) > np.abs(x)  # rounded away from zero: one step back
         f = np.where(over & np.isfinite(x), np.nextafter(f, np.float32(0)), f).astype(np.float32)
         inexact = (f.astype(np.float64) != x) & np.isfinite(x)
-    u = np.ascontiguousarray(f).view(np.uint32)
+    u = _u32(f)
     return np.where(inexact, u | np.uint32(1), u).astype(np.uint32).view(np.float32)
 
 
@@ -117,7 +140,7 @@ def to_bf16_bits(data: np.ndarray, rtz: bool = False) -> np.ndarray:
 
 def tf32_truncate(x: np.ndarray) -> np.ndarray:
     """fp32 -> TF32 as an MMA reads it: the low 13 mantissa bits dropped (NaN kept a NaN)."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    u = _u32(x)
     nan = (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
     r = np.where(nan, u | np.uint32(0x00400000), u & np.uint32(0xFFFFE000))
     return r.astype(np.uint32).view(np.float32)
@@ -125,7 +148,7 @@ def tf32_truncate(x: np.ndarray) -> np.ndarray:
 
 def tf32_round_away(x: np.ndarray) -> np.ndarray:
     """fp32 -> TF32 as ``cvt.rna.tf32.f32``: nearest, ties away from zero (NaN and inf kept)."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    u = _u32(x)
     special = (u & np.uint32(0x7F800000)) == np.uint32(0x7F800000)
     with np.errstate(over="ignore"):
         r = (u + np.uint32(0x1000)) & np.uint32(0xFFFFE000)
@@ -179,13 +202,16 @@ def dot_f32(a: np.ndarray, b: np.ndarray, precision: str) -> np.ndarray:
 
 
 # -- installation ------------------------------------------------------------------------------------------
-_installed: list[Callable[[], dict[str, list[str]]]] = []
+_installed: list[Callable[[Any], Any]] = []
 
 
-def install() -> Callable[[], dict[str, list[str]]]:
+def install() -> Callable[[Any], Any]:
     """Replace the interpreter's methods listed in the module docstring (once per process; again:
-    the same reader). Returns ``read()``: ``{"autotune": [...], "unjudgeable": [...]}``, everything
-    recorded so far (append-only). Call only where Triton interprets (``TRITON_INTERPRET=1``)."""
+    the same ledger). Returns the ledger (:func:`drkernel.env.audit.sealed_ledger`'s ``send``):
+    ``records(ledger)`` is everything recorded so far, append-only. The worker holds it in its own
+    frame and reads it with ``send(("read",))`` alone (a generator's code): no function of this
+    module, whose closures the candidate could reach, runs in the harness's steps. Call only where
+    Triton interprets (``TRITON_INTERPRET=1``)."""
     if _installed:
         return _installed[0]
     import triton.language as tl
@@ -249,7 +275,52 @@ def install() -> Callable[[], dict[str, list[str]]]:
         unsupported.__name__ = f"create_{what.replace(' ', '_')}"
         return unsupported
 
+    def bf16_through_fp32(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        """A float operation on bf16 handles: on their fp32 values, the result rounded back to bf16
+        (nearest even: a GPU's bf16 add/mul/... rounds its exact result once, and fp32's 24 bits
+        hold it exactly or round it harmlessly). The interpreter computed on the raw 16-bit integers."""
+
+        def on_values(self: Any, *args: Any) -> Any:
+            if not any(type(x) is Handle and x.dtype == bf16 for x in args):
+                return original(self, *args)
+            wide = [Handle(bf16_bits_to_f32(x.data), fp32) if type(x) is Handle and x.dtype == bf16 else x
+                    for x in args]
+            out = original(self, *wide)
+            if type(out) is Handle and out.dtype == fp32:  # (a comparison's bools keep the operands' type, as before)
+                return Handle(f32_to_bf16_bits(out.data) if out.data.dtype == np.float32 else out.data, bf16)
+            return out
+
+        on_values.__name__ = name
+        return on_values
+
+    for name in BF16_OPS:
+        original = getattr(Builder, name, None)
+        if original is not None:
+            setattr(Builder, name, bf16_through_fp32(name, original))
     Builder.cast_impl = cast_impl
+    # reductions' fast paths (np.sum, np.max... on the raw bits): on the values, rounded once
+    Reduce = it.ReduceOps
+    original_sum, original_min_max = Reduce.sum, Reduce.min_max
+
+    def reduce_sum(self: Any, input: Any) -> Any:
+        if input.dtype != bf16:
+            return original_sum(self, input)
+        total = np.sum(bf16_bits_to_f32(input.handle.data), axis=self.axis, keepdims=self.keep_dims,
+                       dtype=np.float32)
+        return self.to_tensor(f32_to_bf16_bits(total), input.dtype)
+
+    def reduce_min_max(self: Any, input: Any, val_reduce_op: Any, idx_reduce_op: Any = None) -> Any:
+        value = input[0] if isinstance(input, tuple) else input
+        if value.dtype != bf16:
+            return original_min_max(self, input, val_reduce_op, idx_reduce_op)
+        wide = tl.tensor(Handle(bf16_bits_to_f32(value.handle.data), fp32), value.type.with_element_ty(fp32))
+        out = original_min_max(self, wide, val_reduce_op, idx_reduce_op)
+        narrow = lambda t: self.to_tensor(f32_to_bf16_bits(t.handle.data), bf16)  # exact: bf16 values
+        if isinstance(out, tuple):
+            return narrow(out[0]), out[1]
+        return narrow(out) if val_reduce_op else out
+
+    Reduce.sum, Reduce.min_max = reduce_sum, reduce_min_max
     Builder.create_fp_to_fp = create_fp_to_fp
     Builder.create_dot = create_dot
     Builder.create_inline_asm = refuse("inline asm")
@@ -281,14 +352,17 @@ def install() -> Callable[[], dict[str, list[str]]]:
     at.Autotuner.do_bench = property(lambda self: no_bench)
     at.Autotuner.run = run
 
-    def read() -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {"autotune": [], "unjudgeable": []}
-        for kind, text in ledger(("read",)) or []:
-            out.setdefault(kind, []).append(text)
-        return out
+    _installed.append(ledger)
+    return ledger
 
-    _installed.append(read)
-    return read
+
+def records(ledger: Callable[[Any], Any]) -> dict[str, list[str]]:
+    """What :func:`install`'s ledger holds: ``{"autotune": [...], "unjudgeable": [...]}``."""
+    out: dict[str, list[str]] = {"autotune": [], "unjudgeable": []}
+    for item in ledger(("read",)) or []:
+        if type(item) is tuple and len(item) == 2 and type(item[0]) is str and type(item[1]) is str:
+            out.setdefault(item[0], []).append(item[1])
+    return out
 
 
 def _widen(builder: Any) -> None:
@@ -312,5 +386,5 @@ def interpreting() -> bool:
         return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-__all__ = ["install", "interpreting", "dot_f32", "f32_to_bf16_bits", "bf16_bits_to_f32", "to_bf16_bits",
+__all__ = ["install", "records", "interpreting", "dot_f32", "f32_to_bf16_bits", "bf16_bits_to_f32", "to_bf16_bits",
            "tf32_truncate", "tf32_round_away", "UNJUDGEABLE", "POLICY", "DOT_PRECISIONS"]

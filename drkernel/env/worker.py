@@ -153,7 +153,7 @@ class Harness:
         self.findings: list[list[str]] = []
         self.isolation: dict[str, Any] = {}
         self.interpreted = None
-        """The interpreter's records (drkernel.env.interpreter.install's reader), on the CPU once installed."""
+        """The interpreter's ledger (drkernel.env.interpreter.install), on the CPU once installed."""
         self._interpreted_seen: dict[str, int] = {}
         self._budget_ms = 0.0
         self.params_reloadable_buffers = True
@@ -755,9 +755,10 @@ class Harness:
         """The interpreter's records of ``kind`` since the last ask (drkernel.env.interpreter)."""
         if self.interpreted is None:
             return []
-        try:
-            found = list(self.interpreted().get(kind, []))
-        except Exception:  # noqa: BLE001 - the ledger is the interpreter module's: none then
+        try:  # the ledger's own generator (drkernel.env.audit.sealed_ledger), nothing of the interpreter module's
+            found = [r[1] for r in self.interpreted(("read",)) or []
+                     if type(r) is tuple and len(r) == 2 and type(r[0]) is str and type(r[1]) is str and r[0] == kind]
+        except Exception:  # noqa: BLE001 - a broken ledger: nothing recorded
             return []
         seen = self._interpreted_seen.get(kind, 0)
         self._interpreted_seen[kind] = len(found)

@@ -167,6 +167,31 @@ def check_fp32_dots():
     assert ((dot(a, b).double() - exact).abs().max() / exact.abs().max()).item() < 2e-6
     return "fp32 dots ok " + repr(errs)
 
+@triton.jit
+def arith(x, y, o, s, BLOCK: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    a = tl.load(x + r)
+    b = tl.load(y + r)
+    tl.store(o + r, tl.where(a < b, tl.maximum(a, b), a * b - a / b))
+    tl.store(s, tl.sum(a, axis=0))
+    tl.store(s + 1, tl.max(a, axis=0))
+    tl.store(s + 2, tl.min(a, axis=0))
+    tl.store(s + 3, tl.argmax(a, axis=0).to(tl.bfloat16))
+
+def check_bf16_arithmetic():
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(64, generator=g).to(torch.bfloat16)
+    y = torch.randn(64, generator=g).to(torch.bfloat16)
+    o = torch.empty(64, dtype=torch.bfloat16)
+    s = torch.empty(4, dtype=torch.bfloat16)
+    arith[(1,)](x, y, o, s, BLOCK=64)
+    xf, yf = x.float(), y.float()  # each bf16 operation rounds its exact result once; Triton divides
+    want = torch.where(xf < yf, torch.maximum(xf, yf), (xf * yf).bfloat16().float() - xf / yf)  # bf16 in fp32
+    assert torch.equal(o, want.bfloat16()), (o - want).abs().max()
+    assert abs(s[0].item() - xf.sum().item()) <= 2 ** -7 * xf.abs().sum().item(), (s[0], xf.sum())
+    assert s[1].item() == x.max().item() and s[2].item() == x.min().item() and s[3].item() == xf.argmax().item()
+    return "bf16 arithmetic ok"
+
 def check_unjudgeable():
     @triton.jit
     def asm(x, y, BLOCK: tl.constexpr):
@@ -181,7 +206,7 @@ def check_unjudgeable():
         assert I.UNJUDGEABLE in str(exc), exc
     else:
         raise AssertionError("inline asm ran in the interpreter")
-    assert read()["unjudgeable"], read()
+    assert I.records(read)["unjudgeable"], I.records(read)
     return "unjudgeable ok"
 '''
 
@@ -201,6 +226,12 @@ def test_casts_in_a_kernel_round_like_torch():
     fp16 -> bf16 are exact then rounded once. The interpreter truncated fp32 -> bf16 and cast bf16 to
     fp16 through its bits as an integer."""
     assert "casts ok" in _in_interpreter("check_casts")
+
+
+def test_bf16_arithmetic_is_on_values():
+    """``+ - * /``, comparisons, max, and reductions on bf16 computed on the raw 16 bits as integers
+    (``a * b`` ~1e31, ``tl.max`` wrong for negatives); now on the values, rounded once."""
+    assert "bf16 arithmetic ok" in _in_interpreter("check_bf16_arithmetic")
 
 
 def test_bf16_and_fp16_dots_accumulate_in_fp32():
