@@ -576,7 +576,10 @@ class StateGuard:
                      "torch.utils._python_dispatch.TorchDispatchMode", "torch.overrides.TorchFunctionMode",
                      "multiprocessing.connection.Connection", "triton.runtime.jit.JITFunction",
                      "triton.runtime.jit.KernelInterface", "triton.runtime.interpreter.InterpretedFunction",
-                     "triton.runtime.interpreter.GridExecutor", "triton.compiler.compiler.CompiledKernel",
+                     "triton.runtime.interpreter.GridExecutor",
+                     # the CPU's emulation of a GPU (drkernel.env.interpreter): replaced before the snapshot
+                     "triton.runtime.interpreter.InterpreterBuilder", "triton.runtime.interpreter.ReduceOps",
+                     "triton.runtime.autotuner.Autotuner", "triton.compiler.compiler.CompiledKernel",
                      "triton.backends.nvidia.driver.CudaLauncher"):
             obj = _resolve(path)
             if isinstance(obj, type):

@@ -43,7 +43,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
-PROTOCOL_VERSION = 8
+PROTOCOL_VERSION = 9
 
 
 class ProtocolError(ValueError):
@@ -216,6 +216,9 @@ class RunReply:
     write_s: float = 0.0
     phases_s: dict[str, float] = field(default_factory=dict)
     """The worker's own timers of the call's parts (diagnostics; the candidate could forge them)."""
+    interpreter: list[str] = field(default_factory=list)
+    """CPU interpreter: what it decided in this call that a GPU decides otherwise (an autotuned
+    kernel's config, :mod:`drkernel.env.interpreter`); diagnostics."""
 
 
 @dataclass

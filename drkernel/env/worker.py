@@ -152,6 +152,9 @@ class Harness:
         self._seen_records = 0
         self.findings: list[list[str]] = []
         self.isolation: dict[str, Any] = {}
+        self.interpreted = None
+        """The interpreter's ledger (drkernel.env.interpreter.install), on the CPU once installed."""
+        self._interpreted_seen: dict[str, int] = {}
         self._budget_ms = 0.0
         self.params_reloadable_buffers = True
         self._params: list[Any] = []
@@ -371,7 +374,7 @@ class Harness:
         self.discard(out)
         lap("call")  # (call() checked the seal last: nothing that can run the candidate's code since)
         reply = RunReply(launches=call["launches"], call_s=call["host_ms"] / 1e3, foreign=call["foreign"],
-                         draw_s=draw_s, phases_s=phases)
+                         draw_s=draw_s, phases_s=phases, interpreter=self.interpreted_news("autotune"))
         kind = type(out)  # (never isinstance: it would read a __class__ property of the candidate's object)
         if kind is not self._tensor_type and not issubclass(kind, self._tensor_type):
             reply.not_tensor = f"forward returned {self._type_name(kind)}, expected a single torch.Tensor"
@@ -630,10 +633,17 @@ class Harness:
         from drkernel.env.seal import make_seal
 
         torch = self.torch
+        if self.device == "cpu":
+            from drkernel.env.interpreter import POLICY, install, interpreting
+
+            if interpreting():  # before the fingerprint and the seal take their snapshots
+                self.interpreted = install()
+                self.isolation["interpreter"] = POLICY
         numpy_interfaces = disable_array_interfaces()  # raw memory through NumPy: before any candidate code
         shared_cache = enter_private_environment(str(self.workdir))
         install_naming(self.candidate_file, req.kernel_suffix)
-        self.isolation = confine(str(self.workdir), extra_read=[shared_cache] if shared_cache else None)
+        self.isolation = {**self.isolation, **confine(str(self.workdir),
+                                                      extra_read=[shared_cache] if shared_cache else None)}
         self.auditor.workdir = os.path.realpath(str(self.workdir))
         self.auditor.install(torch)
         extra = ()
@@ -741,6 +751,19 @@ class Harness:
         if item not in self.findings and len(self.findings) < 64:
             self.findings.append(item)
 
+    def interpreted_news(self, kind: str) -> list[str]:
+        """The interpreter's records of ``kind`` since the last ask (drkernel.env.interpreter)."""
+        if self.interpreted is None:
+            return []
+        try:  # the ledger's own generator (drkernel.env.audit.sealed_ledger), nothing of the interpreter module's
+            found = [r[1] for r in self.interpreted(("read",)) or []
+                     if type(r) is tuple and len(r) == 2 and type(r[0]) is str and type(r[1]) is str and r[0] == kind]
+        except Exception:  # noqa: BLE001 - a broken ledger: nothing recorded
+            return []
+        seen = self._interpreted_seen.get(kind, 0)
+        self._interpreted_seen[kind] = len(found)
+        return [str(x)[:300] for x in found[seen:]]
+
     def take_findings(self) -> list[list[str]]:
         out, self.findings = self.findings, []
         return out
@@ -802,6 +825,7 @@ def main(argv: list[str]) -> int:
     stage_fd = int(argv[2]) if len(argv) > 2 else None
     conn = Connection(fd)
     from drkernel.env import protocol as P
+    from drkernel.env.interpreter import UNJUDGEABLE  # (imported before any candidate code, as the rest)
 
     device = os.environ.get("DRKERNEL_WORKER_DEVICE", "cpu")
     seal_slot: list = []  # the seal's check, put here at load (read by index: no lookup on a class)
@@ -855,6 +879,7 @@ def main(argv: list[str]) -> int:
             return 0
         stage = OP_STAGES[req.op]
         harness.spot.arm(nonce)
+        harness.interpreted_news("unjudgeable")  # a failure of this request is judged by this request's records
         if harness.stage is not None:
             harness.stage.rewind()  # the grader copied the last request's outputs before sending this one
         try:
@@ -864,6 +889,11 @@ def main(argv: list[str]) -> int:
         except BaseException as exc:  # noqa: BLE001 - after the candidate loaded, its process is its own
             fault = "candidate" if harness.candidate_file is not None else "harness"
             reply = P.Failure(stage=stage, error=trim_traceback(exc, harness.candidate_file), fault=fault)
+        if isinstance(reply, P.Failure) and reply.fault == "candidate":
+            unjudgeable = harness.interpreted_news("unjudgeable")  # the interpreter met what it cannot run
+            if unjudgeable:  # never "incorrect": what a GPU would run, the CPU could not
+                reply = P.Failure(stage=reply.stage, error=f"{UNJUDGEABLE}: {unjudgeable[0]} ({reply.error[:400]})",
+                                  fault="candidate")
         harness.finish_request(full=False)
         if seal_slot:  # the checks above ran torch's Python: the harness's namespaces before its encoding
             seal_slot[0]("before the reply")
