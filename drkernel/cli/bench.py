@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from drkernel.cli.common import UsageError, default_device, error, first_line, load_suite_arg
+from drkernel.env.config import PRECISION_POLICIES as PRECISION_CHOICES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -29,6 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", default=None, choices=["small", "full"],
                    help="task size knob (DRKERNEL_TASK_SIZE); default: small on cpu, full on cuda")
     p.add_argument("--strict", action="store_true", help="exit 1 unless every task passes (for CI)")
+    p.add_argument("--precision", default=None, choices=PRECISION_CHOICES,
+                   help="precision policy for every task (default: the suite's, else each task's, else 'reference')")
     p.add_argument("--no-plot", action="store_true", help="do not write speedups.png")
     p.add_argument("--quiet", action="store_true", help="no per-task progress lines")
     p.add_argument("--merge", nargs="+", default=None, metavar="DIR",
@@ -67,6 +70,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         report = run_bench(suite, solutions=args.solutions, device=device, out=out, workers=args.workers,
                            seed=args.seed, tasks=args.tasks, size=args.size,
+                           overrides={"precision": args.precision} if args.precision else None,
                            progress=None if args.quiet else sys.stderr, plot=not args.no_plot)
     except (SuiteError, ValueError, MissingDependency) as exc:
         raise UsageError(first_line(exc)) from None

@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from drkernel.cli.common import UsageError, default_device, first_line
+from drkernel.env.config import PRECISION_POLICIES as PRECISION_CHOICES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,6 +25,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trials", type=int, default=None, help="timed calls per model")
     p.add_argument("--reference-backend", default=None, choices=["eager", "torch_compile"])
     p.add_argument("--no-timing", action="store_true", help="correctness and hack checks only")
+    p.add_argument("--precision", default=None, choices=PRECISION_CHOICES,
+                   help="how float outputs are judged (default: the task's PRECISION, else 'reference': against a "
+                        "float64 oracle, as accurate as the reference; 'kernelbench': allclose 1e-2, for "
+                        "comparing with published numbers)")
 
 
 def _read_candidate(path: Path) -> str:
@@ -48,7 +53,8 @@ def main(args: argparse.Namespace) -> int:
     config = EvalConfig(device=device)
     if device == "cpu":
         config = cpu_fast(config)
-    overrides = {"task_size": args.size, "timing_trials": args.trials, "reference_backend": args.reference_backend}
+    overrides = {"task_size": args.size, "timing_trials": args.trials, "reference_backend": args.reference_backend,
+                 "precision": args.precision}
     config = config.with_overrides(**{k: v for k, v in overrides.items() if v is not None})
     if args.no_timing:
         config = config.with_overrides(measure_performance=False, profile=False)

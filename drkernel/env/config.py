@@ -7,6 +7,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 DISTRIBUTIONS = ("native", "negated", "scaled")
+PRECISION_POLICIES = ("reference", "tf32", "bf16", "fp16", "kernelbench", "rms")
+"""Names of :data:`drkernel.env.precision.POLICIES` (here without torch, for the command line)."""
 
 #: env.yaml ``correctness:`` keys, each mapped to its EvalConfig field.
 CORRECTNESS_KEYS = {"trials_per_distribution": "trials_per_distribution", "distributions": "distributions",
@@ -183,4 +185,4 @@ def cpu_fast(config: EvalConfig | None = None) -> EvalConfig:
     return base.with_overrides(warmup=1, timing_trials=3, spot_checks=1, spot_rate=0.5)
 
 
-__all__ = ["EvalConfig", "DISTRIBUTIONS", "CORRECTNESS_KEYS", "TIMING_KEYS", "cpu_fast"]
+__all__ = ["EvalConfig", "DISTRIBUTIONS", "PRECISION_POLICIES", "CORRECTNESS_KEYS", "TIMING_KEYS", "cpu_fast"]

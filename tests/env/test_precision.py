@@ -172,7 +172,9 @@ def test_shape_dtype_and_empty():
 
 # -- the policies ------------------------------------------------------------------------------------
 def test_policies_are_named_and_checked():
-    assert set(precision.POLICIES) == {"reference", "tf32", "bf16", "fp16", "kernelbench", "rms"}
+    from drkernel.env.config import PRECISION_POLICIES
+
+    assert tuple(precision.POLICIES) == PRECISION_POLICIES == ("reference", "tf32", "bf16", "fp16", "kernelbench", "rms")
     with pytest.raises(ValueError, match="unknown precision policy 'fast'"):
         EvalConfig(precision="fast").validate()
     assert EvalConfig.from_env_yaml({"correctness": {"precision": "tf32"}}).precision == "tf32"
