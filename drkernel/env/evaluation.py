@@ -889,6 +889,9 @@ class Evaluation:
         self._calls += 1
         r = reply.body
         self._run_replies.append(r)
+        if r.interpreter:  # what the CPU interpreter decided that a GPU decides otherwise (autotune's config)
+            said = self.result.details.setdefault("interpreter", [])
+            said.extend(x for x in r.interpreter[:8] if x not in said and len(said) < 8)
         self._worker_parts("run", r.phases_s)
         if len(self._run_replies) == 1:
             self._worker_parts("first_run", r.phases_s)

@@ -155,10 +155,11 @@ def test_tf32_matmul_fails_fp32_tolerance():
     r = run("matmul_2k.py", "matmul_tf32.py", measure_performance=False)
     assert r.compiled and not r.correct and not r.hacked
     assert "error too large for the task's precision" in r.error.message and "TF32" in r.error.message
-    # the tf32 policy, declared by a task or a run, accepts it; so does KernelBench's allclose(1e-2)
-    for policy in ("tf32", "kernelbench"):
-        loose = run("matmul_2k.py", "matmul_tf32.py", measure_performance=False, precision=policy)
-        assert loose.correct, (policy, loose.feedback)
+    # the tf32 policy, declared by a task or a run, accepts it (KernelBench's allclose(1e-2) does not
+    # here: outputs of rms ~45 err up to 0.19 in TF32, beyond its absolute 1e-2)
+    loose = run("matmul_2k.py", "matmul_tf32.py", measure_performance=False, precision="tf32")
+    assert loose.correct, loose.feedback
+    assert loose.details["precision"]["policy"] == "tf32"
 
 
 def test_cuda_fault_is_a_failed_result_and_does_not_poison_the_next():
