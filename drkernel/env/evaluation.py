@@ -995,9 +995,9 @@ class Evaluation:
             return t if index is None else t.reshape(-1).index_select(0, index)
 
         r = pick(whole)
-        pol = self.policy
         if spot is None or not (r.is_floating_point() or r.is_complex()):
             return compare_outputs(out, r, self.atol, self.rtol, scale=scale)
+        pol = self.policy
         if pol.rule == "allclose":
             return compare_outputs(out, r, pol.atol, pol.rtol, scale=1.0)
         record = self.result.details["precision"]
