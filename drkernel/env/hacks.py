@@ -55,6 +55,8 @@ _TABLE = (
          "static"),
     Hack("file_access", "os, pathlib, io, pickle, sockets, open, torch.load/save",
          "File, OS and network access is not allowed.", "static"),
+    Hack("idle_wait", "inline PTX that reads a GPU clock or sleeps (%globaltimer, %clock64, nanosleep)",
+         "Kernels must not read the GPU's clock or sleep: waiting inside a kernel only pads its time.", "static"),
     Hack("kernel_python", "a @triton.jit body calls something Triton cannot compile (a Python helper, NumPy, torch)",
          "A @triton.jit kernel may call only triton.language, other @triton.jit functions and simple builtins: "
          "calling Python, NumPy or torch code inside a kernel runs it on the host.", "static"),

@@ -21,6 +21,9 @@ output_cache       functools caches, module-level containers mutated at run time
 introspection      gc, inspect, sys, importlib, ctypes, exec/eval, frame and ``__dict__`` access, torch._C,
                    ``super(...)`` with arguments (#14, #24)
 file_access        os, pathlib, io, pickle, sockets, ``open``, ``torch.load``/``save`` (#22, #24)
+idle_wait          a string naming a GPU clock or sleep (``%globaltimer``, ``%clock64``, ``nanosleep``): a
+                   kernel that waits pads its own time (coverage is bounded by the work outside it against
+                   the reference's time in any case)
 kernel_python      a ``@triton.jit`` body calls something Triton cannot compile: a module-level
                    Python function, a NumPy or torch function, or reaches a value's ``.handle`` (the
                    interpreter would run it on the host; the GPU compiler refuses it)
@@ -67,6 +70,7 @@ _GLOBAL_STATE_CALLS = {"set_float32_matmul_precision", "set_default_dtype", "set
 _FILE_CALLS = {"open", "load", "save", "fromfile", "tofile", "from_file", "loadtxt", "savetxt"}
 _TENSOR_SUBCLASS_CALLS = {"_make_subclass", "_make_wrapper_subclass", "as_subclass"}
 _CACHE_DECORATORS = {"cache", "lru_cache", "cached_property"}
+_WAIT_TOKENS = ("globaltimer", "%clock", "clock64", "nanosleep")
 _MUTABLE_FACTORIES = {"dict", "list", "set", "OrderedDict", "defaultdict", "deque", "WeakKeyDictionary",
                       "WeakValueDictionary", "Counter"}
 
@@ -281,6 +285,13 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     # -- expressions --------------------------------------------------------------------------
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str):
+            low = node.value.lower()
+            hit = next((t for t in _WAIT_TOKENS if t in low), None)
+            if hit:
+                self.add("idle_wait", node, f"a string naming {hit!r} (inline PTX reading a clock or sleeping)")
+
     def visit_Name(self, node: ast.Name) -> None:
         if node.id in _INTROSPECTION_NAMES:
             self.add("introspection", node, f"uses {node.id}")

@@ -95,6 +95,10 @@ def test_syntax_error_and_missing_class_are_compile_failures_not_hacks():
     ("class ModelNew(nn.Module):\n    def forward(self, x):\n        eval('1')\n        k\n", "introspection"),
     ("class ModelNew(nn.Module):\n    def forward(self, x):\n        open('/tmp/x')\n        k\n", "file_access"),
     ("import os\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        k\n", "file_access"),
+    ("ASM = 'mov.u64 $0, %globaltimer;'\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        k\n",
+     "idle_wait"),
+    ("class ModelNew(nn.Module):\n    def forward(self, x):\n        k\n        s = 'nanosleep.u32 100;'\n",
+     "idle_wait"),
 ])
 def test_each_hack_id_fires(body, expected):
     assert expected in reasons(body)
