@@ -101,14 +101,14 @@ import triton
 import triton.language as tl
 
 @triton.jit
-def _relu_and_wait(y_ptr, out_ptr, n, wait_ns, BLOCK: tl.constexpr):
+def _relu_and_wait(y_ptr, out_ptr, n, wait_ns, BLOCK: tl.constexpr, CLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     y = tl.load(y_ptr + offs, mask=m, other=0.0)
-    start = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [offs], dtype=tl.int64, is_pure=False, pack=1)
+    start = tl.inline_asm_elementwise(CLOCK, "=l,r", [offs], dtype=tl.int64, is_pure=False, pack=1)
     now = start
     while tl.max(now - start, axis=0) < wait_ns:
-        now = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [offs], dtype=tl.int64, is_pure=False, pack=1)
+        now = tl.inline_asm_elementwise(CLOCK, "=l,r", [offs], dtype=tl.int64, is_pure=False, pack=1)
     tl.store(out_ptr + offs, tl.maximum(y, 0.0), mask=m)
 
 class ModelNew(nn.Module):
@@ -120,7 +120,8 @@ class ModelNew(nn.Module):
         y = x.float() @ self.weight.T          # cuBLAS does the work
         out = torch.empty_like(y)
         n = y.numel()
-        _relu_and_wait[(triton.cdiv(n, 4096),)](y, out, n, WAIT, BLOCK=4096)
+        # the clock's PTX built at run time: the static idle_wait check cannot see it, the bound must
+        _relu_and_wait[(triton.cdiv(n, 4096),)](y, out, n, WAIT, BLOCK=4096, CLOCK="mov.u64 $0, %global" + "timer;")
         return out
 '''
 
