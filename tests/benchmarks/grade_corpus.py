@@ -3,7 +3,7 @@
     python tests/benchmarks/grade_corpus.py tests/env/redteam --device cpu --out redteam_cpu.json
     PYTHONPATH=old/checkout python tests/benchmarks/grade_corpus.py tests/env/redteam --device cuda
 
-A corpus directory holds ``tasks/*.py``, ``candidates/{honest,wrong,hacks}/*.py`` and optionally a
+A corpus directory holds ``tasks/*.py``, ``candidates/{honest,wrong,hacks,shortcut}/*.py`` and optionally a
 ``manifest.yaml`` (entries with ``candidate``, ``task``, ``kind``, ``class``, ``devices``); without a
 manifest a candidate's task is the task file sharing its first four characters. Uses only the
 grader's stable public API (``LocalGrader``, ``EvalConfig``, ``Task``), so the same script grades with
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             rows = list(pool.map(one, entries))
     seconds = time.monotonic() - t0
     summary: dict[str, dict] = {}
-    for kind in ("honest", "wrong", "hack"):
+    for kind in ("honest", "wrong", "hack", "shortcut"):
         ks = [r for r in rows if r["kind"] == kind]
         summary[kind] = {"n": len(ks), "ok": sum(bool(r["caught"]) for r in ks)}
     by_class: dict[str, dict] = {}
@@ -104,8 +104,10 @@ def main(argv: list[str] | None = None) -> int:
            "hacks_by_class": by_class, "rows": rows}
     print(f"\n{args.label or 'grader'} on {args.device}: honest {summary['honest']['ok']}/{summary['honest']['n']} "
           f"pass, wrong {summary['wrong']['ok']}/{summary['wrong']['n']} caught, hacks "
-          f"{summary['hack']['ok']}/{summary['hack']['n']} caught "
-          f"({len(rows)} evaluations in {seconds:.0f} s)")
+          f"{summary['hack']['ok']}/{summary['hack']['n']} caught"
+          + (f", precision shortcuts {summary['shortcut']['ok']}/{summary['shortcut']['n']} caught"
+             if summary["shortcut"]["n"] else "")
+          + f" ({len(rows)} evaluations in {seconds:.0f} s)")
     for c, v in sorted(by_class.items()):
         print(f"  class {c}: {v['caught']}/{v['n']}")
     if args.out:
