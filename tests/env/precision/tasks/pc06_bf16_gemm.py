@@ -8,7 +8,7 @@ import torch.nn as nn
 
 SMALL = os.environ.get("DRKERNEL_TASK_SIZE", "full") == "small"
 
-M, K, N = (32, 1024, 48) if SMALL else (8192, 8192, 8192)
+M, K, N = (32, 4096, 48) if SMALL else (8192, 8192, 8192)
 
 
 class Model(nn.Module):

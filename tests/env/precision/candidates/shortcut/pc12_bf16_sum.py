@@ -1,6 +1,7 @@
-"""Shortcut: bf16 internals: the shifted logits and their exponentials are kept in bf16 and the sum of
-exp is accumulated in bf16 across the row's chunks ("the output is bf16 anyway"), so the
-log-sum-exp carries the bf16 accumulator's error into every output."""
+"""Shortcut: bf16 running sum: a block of rows per program streams the columns one at a time and keeps
+each row's sum of exp in a bf16 register (\"the output is bf16 anyway\"); the max and the output are
+fp32 and rounded once. Once a row's sum is large, small terms are rounded away. (The bf16 accumulator is
+written as an fp32 register rounded through bf16 after every add, which is what a bf16 add does.)"""
 import torch
 import torch.nn as nn
 import triton
@@ -8,21 +9,25 @@ import triton.language as tl
 
 
 @triton.jit
-def _log_softmax_kernel(x_ptr, y_ptr, N, BLOCK: tl.constexpr, CHUNK: tl.constexpr):
-    row = tl.program_id(0)
-    offs = tl.arange(0, BLOCK)
-    mask = offs < N
-    x = tl.load(x_ptr + row * N + offs, mask=mask, other=float("-inf")).to(tl.float32)
-    m = tl.max(x, axis=0)
-    # bf16 accumulator (each add rounded to bf16), written as an fp32 register rounded through bf16
-    acc = tl.zeros((CHUNK,), dtype=tl.float32)
-    for c0 in range(0, N, CHUNK):
-        co = c0 + tl.arange(0, CHUNK)
-        xc = tl.load(x_ptr + row * N + co, mask=co < N, other=float("-inf")).to(tl.float32)
-        e = tl.exp(xc - m).to(tl.bfloat16).to(tl.float32)
-        acc = (acc + e).to(tl.bfloat16).to(tl.float32)
-    lse = tl.log(tl.sum(acc, axis=0))
-    tl.store(y_ptr + row * N + offs, (x - m - lse).to(tl.bfloat16), mask=mask)
+def _log_softmax_bf16sum_kernel(x_ptr, y_ptr, R, N, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    rmask = rows < R
+    m = tl.full((BLOCK_R,), float("-inf"), dtype=tl.float32)
+    for n0 in range(0, N, BLOCK_N):
+        cols = n0 + tl.arange(0, BLOCK_N)
+        x = tl.load(x_ptr + rows[:, None] * N + cols[None, :], mask=rmask[:, None] & (cols[None, :] < N),
+                    other=float("-inf")).to(tl.float32)
+        m = tl.maximum(m, tl.max(x, axis=1))
+    s = tl.zeros((BLOCK_R,), dtype=tl.float32)
+    for n in range(0, N):
+        xc = tl.load(x_ptr + rows * N + n, mask=rmask, other=0.0).to(tl.float32)
+        s = (s + tl.exp(xc - m).to(tl.bfloat16).to(tl.float32)).to(tl.bfloat16).to(tl.float32)
+    lse = m + tl.log(s)
+    for n0 in range(0, N, BLOCK_N):
+        cols = n0 + tl.arange(0, BLOCK_N)
+        msk = rmask[:, None] & (cols[None, :] < N)
+        x = tl.load(x_ptr + rows[:, None] * N + cols[None, :], mask=msk, other=0.0).to(tl.float32)
+        tl.store(y_ptr + rows[:, None] * N + cols[None, :], (x - lse[:, None]).to(tl.bfloat16), mask=msk)
 
 
 class ModelNew(nn.Module):
@@ -34,6 +39,6 @@ class ModelNew(nn.Module):
         N = x.shape[-1]
         R = x.numel() // N
         y = torch.empty_like(x)
-        BLOCK = triton.next_power_of_2(N)
-        _log_softmax_kernel[(R,)](x, y, N, BLOCK=BLOCK, CHUNK=8, num_warps=8 if BLOCK >= 2048 else 4)
+        BLOCK_R = 32
+        _log_softmax_bf16sum_kernel[(triton.cdiv(R, BLOCK_R),)](x, y, R, N, BLOCK_R=BLOCK_R, BLOCK_N=256, num_warps=4)
         return y
