@@ -6,7 +6,7 @@ usage: python tests/env/precision/grade.py [--device cpu|cuda] [--seed N] [--job
 Runs `python -m drkernel.cli eval-kernel --task T --candidate C --device D --json` for every manifest
 entry graded on that device (`both` plus `cpu` or `gpu`; --all-devices: every entry), at most --jobs at
 a time (the interpreter from $DRKERNEL_PYTHON, default /work/main/.venv/bin/python, PYTHONPATH = repo
-root). An entry is right when an honest kernel passes and a shortcut or wrong kernel does not; the
+root, or $DRKERNEL_SRC to grade with another checkout's drkernel). An entry is right when an honest kernel passes and a shortcut or wrong kernel does not; the
 summary lists the entries the grader gets wrong. --update-manifest records each verdict as
 `current_grader_<device>` in manifest.yaml.
 """
@@ -29,7 +29,7 @@ def grade(entry, device, seed):
            "--candidate", os.path.join(HERE, entry["candidate"]), "--device", device, "--json"]
     if seed is not None:
         cmd += ["--seed", str(seed)]
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = dict(os.environ, PYTHONPATH=os.environ.get("DRKERNEL_SRC", ROOT))
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     try:
         return json.loads(p.stdout)
