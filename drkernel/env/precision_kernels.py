@@ -43,27 +43,27 @@ def _on(device: Any) -> Any:
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
-def first_pass(cf: Any, rf: Any, of: Any, lf: Any) -> tuple[list[float], list[int]]:
-    """``([sum e_c^2, sum e_r^2, sum o^2, max e_c, max e_r], [n judged, output non-finite where judged,
+def first_pass(cf: Any, rf: Any, of: Any, lf: Any, p_out: int, low_out: int) -> tuple[list[float], list[int]]:
+    """``([sum e_c^2, sum e_r^2, sum o^2, max e_c, max e_r, sum e_round^2], [n judged, output non-finite where judged,
     reference non-finite unmatched (first pass), reference non-finite])`` of flat contiguous tensors."""
     import torch
 
     k = _build()
     n, dev = rf.numel(), rf.device
     p = k.triton.cdiv(n, BLOCK)
-    f = torch.empty(5 * p, dtype=torch.float64, device=dev)
+    f = torch.empty(6 * p, dtype=torch.float64, device=dev)
     i = torch.empty(4 * p, dtype=torch.int64, device=dev)
     with _on(dev):
         k.pass1[(p,)](cf, rf, of, lf if lf is not None else of, n, f, i, p, HAS_L=lf is not None,
-                         BLOCK=BLOCK, num_warps=4, enable_fp_fusion=False)
-    f = f.view(5, p)
-    fl = torch.cat([f[:3].sum(dim=1), f[3:].amax(dim=1)]).tolist()
+                      P_OUT=p_out, LOW_OUT=max(low_out, -1022), BLOCK=BLOCK, num_warps=4, enable_fp_fusion=False)
+    f = f.view(6, p)
+    fl = torch.cat([f[:3].sum(dim=1), f[3:5].amax(dim=1), f[5:].sum(dim=1)]).tolist()
     return fl, i.view(4, p).sum(dim=1).tolist()
 
 
 def second_pass(cf: Any, rf: Any, of: Any, lf: Any, sf: Any, coef: list[float], p_out: int, low_out: int,
                 p_work: int, low_work: int) -> tuple[float, float, int, int, int, float, int, float]:
-    """``(sum floor^2, max e_c among the candidate's flips, flips, reference flips, non-finite
+    """``(sum work^2 (float32's ulp at max(|o|, rms o)), max e_c among the candidate's flips, flips, reference flips, non-finite
     unmatched, worst gap, its flat index, sum sigma^2)``; ``coef``: ``[e_scale, rms_o, K_ELEM, A_OUT, A_WORK, K_SENS]``."""
     import torch
 

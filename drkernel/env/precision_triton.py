@@ -31,7 +31,8 @@ def _ulp(mag, P: tl.constexpr, LOWEST: tl.constexpr):
     return (((k + 1023) & 0x7FF) << 52).to(tl.float64, bitcast=True)
 
 @triton.jit(do_not_specialize=["n", "NP"])
-def pass1(c_ptr, r_ptr, o_ptr, l_ptr, n, f_ptr, i_ptr, NP, HAS_L: tl.constexpr, BLOCK: tl.constexpr):
+def pass1(c_ptr, r_ptr, o_ptr, l_ptr, n, f_ptr, i_ptr, NP, HAS_L: tl.constexpr, P_OUT: tl.constexpr,
+          LOW_OUT: tl.constexpr, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
@@ -41,6 +42,12 @@ def pass1(c_ptr, r_ptr, o_ptr, l_ptr, n, f_ptr, i_ptr, NP, HAS_L: tl.constexpr, 
     tl.store(f_ptr + 2 * NP + pid, tl.sum(mag * mag, axis=0))
     tl.store(f_ptr + 3 * NP + pid, tl.max(e_c, axis=0))
     tl.store(f_ptr + 4 * NP + pid, tl.max(e_r, axis=0))
+    e_round = tl.zeros_like(e_c)
+    if P_OUT < 53:  # the oracle rounded to the output's precision (to nearest even; precision.rounded)
+        u = _ulp(mag, P_OUT, LOW_OUT)
+        y = mag / u
+        e_round = tl.where(fin, tl.abs((y + 4503599627370496.0) - 4503599627370496.0 - y) * u, 0.0)
+    tl.store(f_ptr + 5 * NP + pid, tl.sum(e_round * e_round, axis=0))
     tl.store(i_ptr + pid, tl.sum(fin.to(tl.int64), axis=0))
     tl.store(i_ptr + NP + pid, tl.sum((fin & ~cfin).to(tl.int64), axis=0))
     same = ((r != r) & (c != c)) | (r == c)
@@ -63,7 +70,8 @@ def pass2(c_ptr, r_ptr, o_ptr, l_ptr, s_ptr, coef_ptr, n, f_ptr, i_ptr, NP,
     k_sens = tl.load(coef_ptr + 5)
     o = tl.where(ofin, o_raw, r)
     fmag = tl.where(o - o == 0.0, tl.abs(o), 0.0)  # (also where the reference overflowed)
-    floor = a_out * _ulp(fmag, P_OUT, LOW_OUT) + a_work * _ulp(tl.maximum(fmag, rms_o), P_WORK, LOW_WORK)
+    work = _ulp(tl.maximum(fmag, rms_o), P_WORK, LOW_WORK)
+    floor = a_out * _ulp(fmag, P_OUT, LOW_OUT) + a_work * work
     base = k_elem * e_scale * (1.0 + mag / rms_o) + floor
     sig = tl.zeros_like(base)
     if HAS_S:
@@ -71,7 +79,7 @@ def pass2(c_ptr, r_ptr, o_ptr, l_ptr, s_ptr, coef_ptr, n, f_ptr, i_ptr, NP,
         base = base + k_sens * sig
     bound = base + k_elem * e_r
     out_c = fin & (e_c > bound)
-    fz = tl.where(fin, floor, 0.0)
+    fz = tl.where(fin, work, 0.0)
     tl.store(f_ptr + pid, tl.sum(fz * fz, axis=0))
     tl.store(f_ptr + NP + pid, tl.max(tl.where(out_c, e_c, 0.0), axis=0))
     gap = tl.where(fin, (e_c - bound) / tl.maximum(bound, 1e-300), -float("inf"))

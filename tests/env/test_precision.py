@@ -271,3 +271,28 @@ def test_the_fused_kernels_agree_with_the_torch_path():
                           cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "checked 60" in proc.stdout
+
+
+def test_a_coarse_output_does_not_hide_coarse_arithmetic_inside():
+    """A bf16 output rounds away what happened before the store, and the reference's own error is
+    then mostly that rounding (R): a kernel may add a few times what the reference's computation adds
+    beyond R, not a few times R. bf16 weights in an fp32-weight linear err ~1.5 R and fail; TF32
+    products (error ~R/8 before the rounding) and one fp32 computation rounded once pass."""
+    x = torch.randn(256, 512, generator=g(11)).bfloat16()
+    w = torch.randn(384, 512, generator=g(12)) / 16
+    ref = (x.float() @ w.T).bfloat16()
+    oracle = x.double() @ w.double().T
+    assert judge((x.double() @ w.double().T).bfloat16(), ref, oracle).ok
+    tf32 = (x.double() @ _tf32(w).T).bfloat16()
+    assert judge(tf32, ref, oracle).ok
+    bf16_w = (x.double() @ w.bfloat16().double().T).bfloat16()
+    got = judge(bf16_w, ref, oracle)
+    assert not got.ok and "error too large" in got.message, got.precision
+
+
+def test_rounding_error_is_the_distance_to_the_nearest_even_value():
+    x = torch.randn(10000, generator=g(13), dtype=torch.float64).abs()
+    assert torch.equal(precision.rounding_error(x, torch.float32), (x.float().double() - x).abs())
+    ties = torch.tensor([1 + 2 ** -8, 1 + 3 * 2 ** -8], dtype=torch.float64)  # halfway between bf16 values
+    assert precision.rounding_error(ties, torch.bfloat16).tolist() == [2 ** -8, 2 ** -8]
+    assert precision.rounding_error(x, torch.float64).abs().max() == 0
