@@ -2,6 +2,7 @@
 
 usage: python tests/env/precision/grade.py [--device cpu|cuda] [--seed N] [--jobs 2] [--filter SUBSTR]
                                            [--all-devices] [--update-manifest]
+                                           [--precision POLICY]
 
 Runs `python -m drkernel.cli eval-kernel --task T --candidate C --device D --json` for every manifest
 entry graded on that device (`both` plus `cpu` or `gpu`; --all-devices: every entry), at most --jobs at
@@ -24,13 +25,14 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 PY = os.environ.get("DRKERNEL_PYTHON", "/work/main/.venv/bin/python")
 
 
-def grade(entry, device, seed):
+def grade(entry, device, seed, extra=()):
     cmd = [PY, "-m", "drkernel.cli", "eval-kernel", "--task", os.path.join(HERE, entry["task"]),
            "--candidate", os.path.join(HERE, entry["candidate"]), "--device", device, "--json"]
     if seed is not None:
         cmd += ["--seed", str(seed)]
+    cmd += list(extra)
     env = dict(os.environ, PYTHONPATH=os.environ.get("DRKERNEL_SRC", ROOT))
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=os.environ.get("DRKERNEL_SRC", ROOT))
     try:
         return json.loads(p.stdout)
     except json.JSONDecodeError:
@@ -66,6 +68,7 @@ def main():
     ap.add_argument("--filter", default="")
     ap.add_argument("--all-devices", action="store_true")
     ap.add_argument("--update-manifest", action="store_true")
+    ap.add_argument("--precision", default=None, help="passed to eval-kernel --precision (graders that have it)")
     args = ap.parse_args()
     mpath = os.path.join(HERE, "manifest.yaml")
     manifest = yaml.safe_load(open(mpath))
@@ -74,7 +77,8 @@ def main():
                and (args.all_devices or e.get("devices", "both") in ("both", here_dev))]
     wrong_verdicts = []
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        results = pool.map(lambda e: (e, grade(e, args.device, args.seed)), entries)
+        extra = ["--precision", args.precision] if args.precision else []
+        results = pool.map(lambda e: (e, grade(e, args.device, args.seed, extra)), entries)
         for e, r in results:
             v = verdict(r)
             ok = (v == "pass") == (e["kind"] == "honest")
