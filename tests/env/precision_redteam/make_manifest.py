@@ -74,6 +74,13 @@ E = {
  "shortcut/residual_linear_bf16": (T + "residual_linear.py", "bf16 dot in h + linear(x) with |h| ~ 1000", None),
  "honest/gelu_erf_as7126": (S + "03_gelu_erf.py", "erf by Abramowitz & Stegun 7.1.26 (|err| <= 1.5e-7): approximate but fp32-accurate", None),
  "honest/linrelu_autotune_tf32x3": (F + "01_linear_relu.py", "@triton.autotune over three tilings, tf32x3", None),
+ "honest/quant_linear_fine_ieee": (T + "quant_linear_fine.py", "ieee dot before a fine quantiser (step 0.01)", None),
+ "shortcut/quant_linear_fine_tf32": (T + "quant_linear_fine.py", "TF32 dot before a fine quantiser (step 0.01)", None),
+ "shortcut/fp16out_linear_fp16_operands": (T + "linear_fp16out.py", "fp32 linear, fp16 output: x and W cast to fp16 for the dot",
+     "accepted (1.8x the reference's rms error): fp16 arithmetic inside an fp32 computation, under an fp16 output"),
+ "shortcut/fp16out_linear_tf32": (T + "linear_fp16out.py", "fp32 linear, fp16 output: default TF32 dot",
+     "accepted at 3.96x the reference's rms error (0.83 ulp of fp16): TF32 inside an fp32 computation, under an fp16 output"),
+ "shortcut/fp16out_linear_bf16_operands": (T + "linear_fp16out.py", "fp32 linear, fp16 output: bf16 operands", None),
  "honest/fp16_linear_fp32_accum": (T + "fp16_linear.py", "fp16 operands, fp32 accumulation, one rounding", None),
 }
 
