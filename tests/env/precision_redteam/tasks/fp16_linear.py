@@ -1,0 +1,29 @@
+"""fp16 linear: y = x @ W^T + b with fp16 activations, weights and output."""
+import os
+
+import torch
+import torch.nn as nn
+
+SMALL = os.environ.get("DRKERNEL_TASK_SIZE", "full") == "small"
+
+if SMALL:
+    batch_size, in_features, out_features = 40, 256, 48
+else:
+    batch_size, in_features, out_features = 8192, 4096, 4096
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features).half()
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features).half()]
+
+
+def get_init_inputs():
+    return [in_features, out_features]
