@@ -31,6 +31,11 @@ EXTRAS = {
     # The multi-turn agent and test-time scaling (examples/refine_loop.py): OpenAI-compatible client,
     # progress bar, plots.
     "agent": ["openai>=1.0", "tqdm", "matplotlib"],
+    # The kernel reward for TRL's GRPOTrainer (drkernel.integrations.trl, examples/trl_grpo.py).
+    "trl": ["trl>=1.16,<2", "datasets", "transformers>=4.56", "tokenizers"],
+    # The multi-turn kernel environment for the verifiers library (drkernel.integrations.verifiers):
+    # its v1 API (verifiers.v1) as of 0.4.
+    "verifiers": ["verifiers>=0.4,<0.5"],
     # Test tools.
     "dev": ["pytest>=8", "pytest-timeout"],
 }
