@@ -3,8 +3,7 @@ episodes (kernel -> feedback -> revised kernel) played by drkernel's own turn lo
 
     pip install -e '.[env,agent,verifiers]'
     # taskset id "drkernel-kernels" (the top-level module drkernel_kernels re-exports this one)
-    config = KernelEnvConfig(taskset={"id": "drkernel-kernels", "tasks": "01_relu"}, max_turns=3, device="cuda",
-                             solver={"harness": {"id": "null"}, "runtime": {"type": "subprocess"}})
+    config = KernelEnvConfig(taskset={"id": "drkernel-kernels", "tasks": "01_relu"}, max_turns=3, device="cuda")
     env = KernelEnv(config)
     async with env.serving():
         episode = await env.run_episode(task, vf.ModelContext(model=..., client=...))
@@ -102,8 +101,9 @@ class KernelTaskset(vf.Taskset[KernelTask, KernelTasksetConfig]):
 
 
 class KernelEnvConfig(vf.EnvConfig):
-    solver: vf.AgentConfig = vf.AgentConfig(harness={"id": "null"})
-    """The policy's seat: a plain chat loop (the ``null`` harness) by default."""
+    solver: vf.AgentConfig = vf.AgentConfig(harness={"id": "null"}, runtime={"type": "subprocess"})
+    """The policy's seat: a plain chat loop (the ``null`` harness: it runs no code of the model's)
+    in a local subprocess by default; the kernels themselves run only in drkernel's grader."""
     max_turns: int = Field(3, ge=1)
     """Turns per episode (the loop does not stop early on success, as in the paper)."""
     device: str = "cpu"

@@ -31,6 +31,8 @@ Per sample ``i``:
   checks, options, cache, queue and store), under the id :func:`job_id` (a hash of the request),
   so a batch that OpenRLHF sends again after a timeout or a server restart joins the jobs it made
   the first time: each sample is answered exactly once.
+  (The same sample sent later, identical kernel, task, seed and options, is answered from its
+  stored job, as the result cache would answer it.)
 * **reward**: :mod:`drkernel.rewards` of the result (default: the recipe,
   ``R = 0.5 c + 0.5 c min(s, 3) + 0.5 c cov``, 0 when hacked); ``scores`` is ``c`` (1.0 when the
   kernel compiled, is correct and is not hacked), so OpenRLHF's dynamic filtering keeps groups that
