@@ -209,9 +209,10 @@ class KernelEnv(vf.Env[KernelEnvConfig]):
         async with agents.solver.interaction(task) as interaction:
             trajectory = await run_episode(ref, InteractionGenerate(interaction), self.grader,
                                            self.episode_config(task), limits=self._limits)
-            self._trajectories[interaction.trace.id] = trajectory
-        if trajectory.error:
-            raise RuntimeError(trajectory.error)  # a failed generation or grading: the episode failed
+            trace_id = interaction.trace.id
+        if trajectory.error:  # a failed generation or grading (never a verdict): the episode failed
+            raise RuntimeError(trajectory.error)
+        self._trajectories[trace_id] = trajectory  # its rewards are recorded by finalize()
 
     async def finalize(self, task: KernelTask, episode: Any) -> None:
         for trace in episode.traces:
