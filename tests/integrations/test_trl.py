@@ -150,3 +150,26 @@ def test_dataset_rows_carry_the_prompt_and_the_rewards_columns():
     assert isinstance(plain[0]["prompt"], str) and plain[0]["prompt"].startswith("S\n\n")
     with pytest.raises(ValueError, match="no task"):
         build_rows(SUITE, tasks="nope")
+
+
+def test_the_reward_grades_through_the_http_service(tmp_path):
+    """The same reward through RemoteGrader and a real ``drkernel serve`` (its echo grader answers
+    from the submission: HONEST passes), concurrently and exactly once per distinct completion."""
+    pytest.importorskip("fastapi", reason="needs the 'serve' extra")
+    from drkernel.serve.remote import RemoteGrader
+    from tests.service.conftest import Server
+
+    server = Server(tmp_path / "serve", "--grader", "tests.service.echo_grader:make", "--no-warmup",
+                    "--workers", "2").start()
+    try:
+        reward = KernelReward(RemoteGrader(server.url), seed=0, own_grader=True)
+        completions = [reply(f"class ModelNew:\n    '{word} {i}'\n") for i, word in
+                       enumerate(["HONEST", "wrong", "HONEST", "wrong"])] * 2 + ["no kernel"]
+        columns = {"task_code": ["class Model: pass"] * 9, "task_name": ["echo"] * 9}
+        try:
+            assert reward(prompts=["p"] * 9, completions=completions, **columns) == [0.5, 0.0, 0.5, 0.0] * 2 + [0.0]
+            assert reward.batch.gradings == 4  # the repeats waited for (or reused) the first gradings
+        finally:
+            reward.close()
+    finally:
+        server.stop()
