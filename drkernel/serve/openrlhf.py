@@ -24,7 +24,8 @@ Per sample ``i``:
   :func:`drkernel.integrations.openrlhf.build_rows` writes it, or the reference source itself.
 * **response** (:func:`response_text`): ``query`` with its ``prompt`` cut off (the prompt's first
   occurrence and everything before it; the whole query when the prompt is not found), so the
-  reference's code in the prompt is never graded.
+  reference's code in the prompt is never graded, and cut at the first end-of-turn token
+  (``<|im_end|>``, ``<|eot_id|>``, ...; OpenRLHF decodes them into the query).
 * **kernel**: the agent's extractor (:func:`drkernel.agent.extract.locate_code`); no kernel:
   ``R = no_code_reward`` (0), nothing graded.
 * **grading**: one job of the service, exactly as ``POST /v1/evaluate`` would make it (same
@@ -123,14 +124,23 @@ def parse_label(label: Any) -> Label:
     return Label(task_code=data["task_code"], entry_point=entry_point, task_name=name, seed=seed, options=options)
 
 
+END_MARKERS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "</s>")
+"""End-of-turn and end-of-text tokens as OpenRLHF's query spells them (it decodes with special
+tokens): the response ends at the first one."""
+
+
 def response_text(query: str, prompt: str | None) -> str:
     """The response part of ``query``: after the first occurrence of ``prompt`` (all of ``query``
-    when ``prompt`` is empty or not found, e.g. tokenisation changed its spelling)."""
+    when ``prompt`` is empty or not found, e.g. tokenisation changed its spelling), up to the first
+    of :data:`END_MARKERS`. A model usually ends its reply right after the closing fence, so the
+    query reads ``...```<|im_end|>``: left in, the marker would keep the fence from closing and be
+    graded as code."""
     if prompt:
         at = query.find(prompt)
         if at >= 0:
-            return query[at + len(prompt):]
-    return query
+            query = query[at + len(prompt):]
+    cut = min((i for i in (query.find(m) for m in END_MARKERS) if i >= 0), default=len(query))
+    return query[:cut]
 
 
 def parse_batch(data: Any) -> Batch:
@@ -217,5 +227,5 @@ def _finite(x: float | None) -> float:
     return float(x) if x is not None and math.isfinite(x) else 0.0
 
 
-__all__ = ["ROUTES", "EXTRA_LOGS", "Label", "Sample", "Batch", "parse_label", "parse_batch", "response_text",
+__all__ = ["ROUTES", "EXTRA_LOGS", "END_MARKERS", "Label", "Sample", "Batch", "parse_label", "parse_batch", "response_text",
            "job_id", "answer"]

@@ -42,7 +42,8 @@ def chat(prompt: str, response: str) -> tuple[str, str]:
 
 
 def fenced(code: str) -> str:
-    return f"Here is my kernel.\n```python\n{code}```\n"
+    """A reply as a model ends it: the closing fence, then at once its end-of-turn token (chat())."""
+    return f"Here is my kernel.\n```python\n{code.strip()}\n```"
 
 
 def post_like_openrlhf(url: str, payload: dict, tries: int = 30, timeout: float = 180.0) -> dict:
@@ -78,6 +79,10 @@ def test_labels_and_responses_parse_as_openrlhf_sends_them():
     assert label.task_code == (SUITE / "tasks" / "01_relu.py").read_text()
     assert parse_label("class Model: pass").task_code == "class Model: pass"
     assert response_text("PROMPTreply", "PROMPT") == "reply" and response_text("x", "other") == "x"
+    assert response_text("P```python\nx = 1\n```<|im_end|><|endoftext|>", "P") == "```python\nx = 1\n```"
+    query, prompt = chat("task", fenced("class ModelNew:\n    pass"))
+    assert parse_batch({"query": [query], "prompts": [prompt], "labels": ["class Model: pass"]}).samples[0].code \
+        == "class ModelNew:\n    pass\n"
     # the prompt's reference code is never taken for the kernel: the response has none
     query, prompt = chat(row["prompt"][0]["content"], "I cannot do it.")
     batch = parse_batch({"query": [query], "prompts": [prompt], "labels": [row["label"]]})
@@ -113,7 +118,7 @@ def test_route_rewards_match_v1_evaluate_with_the_real_grader(make_server):
     expected = []
     with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120) as c:
         for code in kernels.values():
-            body = {"task_code": label.task_code, "candidate_code": code.strip("\n") + "\n", "seed": label.seed,
+            body = {"task_code": label.task_code, "candidate_code": code.strip() + "\n", "seed": label.seed,
                     "options": label.options, "task_name": label.task_name}
             result = EvalResult.from_dict(decode_result(c.post("/v1/evaluate", json=body).json()))
             expected.append(compute_reward(result))
