@@ -31,6 +31,12 @@ EXTRAS = {
     # The multi-turn agent and test-time scaling (examples/refine_loop.py): OpenAI-compatible client,
     # progress bar, plots.
     "agent": ["openai>=1.0", "tqdm", "matplotlib"],
+    # The kernel reward for TRL's GRPOTrainer (drkernel.integrations.trl, examples/trl_grpo.py).
+    "trl": ["trl>=1.16,<2", "datasets", "transformers>=4.56", "tokenizers"],
+    # The multi-turn kernel environment for the verifiers library (drkernel.integrations.verifiers):
+    # its v1 API (verifiers.v1) as of 0.4. Its chat harness runs with uv (else verifiers pip-installs uv
+    # into ~/.local on first use).
+    "verifiers": ["verifiers>=0.4,<0.5", "uv"],
     # Test tools.
     "dev": ["pytest>=8", "pytest-timeout"],
 }
@@ -45,6 +51,8 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["drkernel", "drkernel.*"]),
+    # The verifiers taskset "drkernel-kernels" (verifiers loads tasksets by top-level module name).
+    py_modules=["drkernel_kernels"],
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
     entry_points={

@@ -2,7 +2,7 @@
 
 Request path::
 
-    POST /v1/evaluate | POST /v1/jobs
+    POST /v1/evaluate | POST /v1/jobs | POST /v1/openrlhf/reward (one job per sample, drkernel.serve.openrlhf)
       -> auth (optional bearer token) -> body read with a size cap -> schema check (400 / 413)
       -> options resolved against the base EvalConfig (400 naming a bad field)
       -> cache key; job row inserted in SQLite (idempotent by job id; 409 on a reused id)
@@ -89,6 +89,10 @@ class ServiceSettings:
     worker_died_backoff_s: float = 0.5
     """Wait before evaluating again after a worker died (doubling per retry): a burst of kills
     leaves dead spares the grader's pool has not noticed yet, and the next attempt would take one."""
+    max_reward_body_bytes: int = 64 << 20
+    """Largest body of the OpenRLHF reward route (a batch of prompts and responses); more is 413."""
+    max_reward_batch: int = 4096
+    """Most samples in one OpenRLHF reward request; more is 413."""
 
 
 class EvaluateRequest(BaseModel):
@@ -322,6 +326,10 @@ class GradingService:
         self._accept(job)
         return job, created
 
+    def has_room(self) -> bool:
+        """Whether a new job would be accepted now (not answered 429)."""
+        return len(self._pending) < self.capacity + self.settings.max_queue
+
     def retry_after(self) -> int:
         """Seconds until a slot is likely free: mean latency x jobs ahead / capacity, in [1, 60]."""
         mean = sum(self._latencies) / len(self._latencies) if self._latencies else 5.0
@@ -548,8 +556,8 @@ def create_app(service: GradingService) -> FastAPI:
             service.metrics.rejected.labels("401").inc()
             raise HTTPException(401, "wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
 
-    async def read_request(request: Request) -> EvaluateRequest:
-        limit = settings.max_body_bytes
+    async def read_json(request: Request, limit: int) -> dict[str, Any]:
+        """The body as a JSON object, read with a size cap (413) and parsed (400)."""
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise _reject(service, 413, f"request body is {int(declared)} bytes; the limit is {limit}")
@@ -564,11 +572,20 @@ def create_app(service: GradingService) -> FastAPI:
             raise _reject(service, 400, f"body is not valid JSON: {exc}") from exc
         if not isinstance(data, dict):
             raise _reject(service, 400, f"body must be a JSON object, got {type(data).__name__}")
+        return data
+
+    async def read_request(request: Request) -> EvaluateRequest:
+        data = await read_json(request, settings.max_body_bytes)
         try:
             req = EvaluateRequest.model_validate(data)
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors())
             raise _reject(service, 400, f"malformed request: {problems}") from exc
+        check_request(req)
+        return req
+
+    def check_request(req: EvaluateRequest) -> None:
+        """The checks every submission passes (sizes 413, id and entry point 400, task parses 422)."""
         for name in ("task_code", "candidate_code"):
             n = len(getattr(req, name))
             if n > settings.max_code_chars:
@@ -581,7 +598,6 @@ def create_app(service: GradingService) -> FastAPI:
             compile(req.task_code, f"<task {req.task_name}>", "exec")
         except (SyntaxError, ValueError) as exc:
             raise _reject(service, 422, f"task_code cannot be used: it does not parse: {exc}") from exc
-        return req
 
     @app.get("/healthz")
     async def healthz() -> JSONResponse:
@@ -617,11 +633,89 @@ def create_app(service: GradingService) -> FastAPI:
             raise HTTPException(404, f"no job with id {job_id!r}")
         return JSONResponse(_job_body(job))
 
+    def authorize_reward(request: Request) -> None:
+        """The bearer token, or ``?token=`` in the URL: OpenRLHF sends no header of its own."""
+        if settings.token and "authorization" not in request.headers:
+            given = request.query_params.get("token", "")
+            if not given:
+                service.metrics.rejected.labels("401").inc()
+                raise HTTPException(401, "missing token (send 'Authorization: Bearer <token>' or put "
+                                         "'?token=<token>' in the --remote_rm_url)",
+                                    headers={"WWW-Authenticate": "Bearer"})
+            if not hmac.compare_digest(given.encode(), settings.token.encode()):
+                service.metrics.rejected.labels("401").inc()
+                raise HTTPException(401, "wrong token", headers={"WWW-Authenticate": "Bearer"})
+            return
+        authorize(request)
+
+    async def openrlhf_reward(request: Request) -> JSONResponse:
+        """OpenRLHF's remote reward model (:mod:`drkernel.serve.openrlhf`): one job per sample with
+        a kernel, under an id derived from the request, through the same checks, cache, queue and
+        store as ``/v1/evaluate``."""
+        from drkernel.serve import openrlhf
+
+        authorize_reward(request)
+        data = await read_json(request, settings.max_reward_body_bytes)
+        try:
+            batch = openrlhf.parse_batch(data)
+        except ValueError as exc:
+            raise _reject(service, 400, str(exc)) from exc
+        if len(batch.samples) > settings.max_reward_batch:
+            raise _reject(service, 413, f"{len(batch.samples)} samples; the limit is {settings.max_reward_batch}")
+        requests: list[EvaluateRequest | None] = []
+        for sample in batch.samples:
+            if sample.code is None:
+                requests.append(None)
+                continue
+            label = sample.label
+            fields_ = {"task_code": label.task_code, "candidate_code": sample.code, "seed": label.seed,
+                       "options": {**batch.options, **label.options} or None, "task_name": label.task_name,
+                       "entry_point": label.entry_point}
+            try:
+                req = EvaluateRequest.model_validate({**fields_, "id": openrlhf.job_id(fields_)})
+                check_request(req)
+                service.resolve(req)  # a bad option is this request's fault: 400 before any job exists
+            except ValidationError as exc:
+                raise _reject(service, 400, f"sample {sample.index}: {exc.errors()[0]['msg']}") from exc
+            except HTTPException as exc:
+                raise HTTPException(exc.status_code, f"sample {sample.index}: {exc.detail}") from exc
+            requests.append(req)
+        jobs: list[str | None] = []
+        for req in requests:
+            if req is None:
+                jobs.append(None)
+                continue
+            while not service.has_room():  # back-pressure inside the batch: earlier samples drain the queue
+                await asyncio.sleep(0.05)
+            jobs.append(service.submit(req)[0].id)
+        answered = await asyncio.gather(*(service.wait(j, None) if j else _none() for j in jobs))
+        results: list[EvalResult | None] = []
+        for sample, job in zip(batch.samples, answered):
+            if job is None:
+                results.append(None)
+            elif job.state == DONE:
+                results.append(EvalResult.from_dict(decode_result(job.result)))
+            else:
+                error = job.error or {"status": 503, "type": "environment_failure", "message": "no answer"}
+                return JSONResponse({"detail": f"sample {sample.index}: {error['message']}", "type": error["type"],
+                                     "sample": sample.index}, status_code=error["status"])
+        cached = [bool(job is not None and job.cached) for job in answered]
+        return JSONResponse(openrlhf.answer(batch, results, cached, jobs))
+
+    from drkernel.serve.openrlhf import ROUTES
+
+    for path in ROUTES:
+        app.add_api_route(path, openrlhf_reward, methods=["POST"])
+
     @app.get("/metrics", dependencies=[Depends(authorize)])
     async def metrics() -> Response:
         return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+async def _none() -> None:
+    return None
 
 
 def _answer_flags(job: Job) -> dict[str, Any]:

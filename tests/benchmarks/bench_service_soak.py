@@ -18,6 +18,15 @@ outcome it must not).
    SIGKILLed (the busy ones die mid-evaluation); after ``--restart-at`` of the answers, the server
    and all its processes are SIGKILLed and the server restarted on the same state dir.
 
+3. **OpenRLHF route** (``--openrlhf N``, default 64; 0: off): the first N submissions as one batch
+   in OpenRLHF's remote reward shape (``POST /v1/openrlhf/reward``: query = prompt + the kernel in a
+   fenced block, label = the task, seed and options) to a fresh server, posted the way OpenRLHF's
+   client does (the same payload again after any error); every worker is SIGKILLed once and, after
+   a quarter of the batch's jobs are answered, the server too, then restarted on its state dir.
+   Checks: one answer, each reward equal to ``drkernel.rewards`` of the quiet run's result (what
+   ``/v1/evaluate`` answers), one job per distinct sample in the store, all answered, and a resent
+   batch answered with the same rewards and no new job.
+
 Checks (exit 0 only when all hold): every submission got exactly one answer, no environment
 failure; each verdict (passed, compiled, correct, hacked, error stage) equals the quiet run's;
 NaN/Inf answers decode to ``max_abs_err == inf``; the job store holds exactly the submitted ids,
@@ -135,8 +144,11 @@ def verdict(result) -> tuple:
 
 
 # -- the quiet run --------------------------------------------------------------------------------------
-def quiet_run(subs: list[dict], device: str, workers: int) -> tuple[dict, float, int]:
-    """Verdicts of the distinct submissions through LocalGrader in-process, nothing killed."""
+def quiet_run(subs: list[dict], device: str, workers: int, rewards: dict | None = None) -> tuple[dict, float, int]:
+    """Verdicts of the distinct submissions through LocalGrader in-process, nothing killed (and
+    their recipe rewards in ``rewards``, by :func:`distinct_key`)."""
+    from drkernel.rewards import compute_reward
+
     from drkernel.env.config import EvalConfig, cpu_fast
     from drkernel.env.grader import LocalGrader
 
@@ -154,6 +166,8 @@ def quiet_run(subs: list[dict], device: str, workers: int) -> tuple[dict, float,
             async with limit:
                 r = await grader.agrade(sub["task"], sub["source"], seed=sub["seed"], options=sub["options"])
                 out[key] = verdict(r)
+                if rewards is not None:
+                    rewards[key] = compute_reward(r)
 
         await asyncio.gather(*(one(k, s) for k, s in distinct.items()))
 
@@ -329,6 +343,95 @@ def soak(subs: list[dict], args) -> dict:
             "rows": rows, "metrics": [metrics_before_restart, metrics_after], "state_dir": str(state)}
 
 
+# -- the OpenRLHF route --------------------------------------------------------------------------------
+def openrlhf_leg(subs: list[dict], quiet_rewards: dict, args) -> dict:
+    """The first ``args.openrlhf`` submissions as one OpenRLHF batch, with a worker kill and a
+    server SIGKILL + restart while it is graded (module doc, step 3)."""
+    import httpx
+
+    from drkernel.integrations.openrlhf import encode_label
+    from tests.service.conftest import Server
+
+    batch = subs[:args.openrlhf]
+    prompt = "<|im_start|>user\nWrite ModelNew.<|im_end|>\n<|im_start|>assistant\n"
+    payload = {"query": [f"{prompt}Here it is.\n```python\n{s['source'].strip()}\n```<|im_end|>" for s in batch],
+               "prompts": [prompt] * len(batch),
+               "labels": [encode_label(s["task"].source, task_name=s["task"].name, seed=s["seed"],
+                                       options=s["options"]) for s in batch]}
+    state = Path(tempfile.mkdtemp(prefix="bench-soak-orm-"))
+    extra = ["--device", args.device, "--workers", str(args.workers), "--queue-size", "64"]
+    if args.device == "cpu":
+        extra.append("--cpu-fast")
+    server = Server(state, *extra).start(timeout=600)
+    url = server.url + "/v1/openrlhf/reward"
+    answers: list[dict] = []
+    posts = [0]
+
+    def post() -> dict:
+        while True:  # OpenRLHF's client: the same payload again after any error
+            posts[0] += 1
+            try:
+                r = httpx.post(url, json=payload, timeout=3600)
+                r.raise_for_status()
+                return r.json()
+            except httpx.HTTPError:
+                time.sleep(1.0)
+
+    def rows() -> list[tuple]:
+        db = sqlite3.connect(state / "jobs.sqlite")
+        try:
+            return list(db.execute("SELECT id, state, attempts FROM jobs"))
+        finally:
+            db.close()
+
+    client = threading.Thread(target=lambda: answers.append(post()))
+    t0 = time.monotonic()
+    client.start()
+    events: list[dict] = []
+    workers_killed = False
+    while client.is_alive():
+        time.sleep(0.2)
+        done = sum(r[1] == "done" for r in rows()) if (state / "jobs.sqlite").exists() else 0
+        if not workers_killed and done >= 1:
+            workers_killed = True
+            _, workers = server_processes(server.proc.pid)
+            events.append({"event": "workers_killed", "after_jobs": done, "workers": _kill(workers)})
+        if done >= max(1, len(batch) // 4):
+            doomed = descendants(server.proc.pid)
+            server.kill()
+            events.append({"event": "server_killed", "after_jobs": done, "processes_killed": 1 + _kill(doomed)})
+            time.sleep(1.0)
+            server.start(timeout=600)
+            events.append({"event": "server_restarted"})
+            break
+    client.join()
+    wall = time.monotonic() - t0
+    before_resend = rows()
+    resent = post()
+    after_resend = rows()
+    leftovers = descendants(server.proc.pid)
+    server.stop()
+    _kill(p for p in leftovers if "drkernel.env.zygote" in _cmdline(p))
+
+    answer = answers[0]
+    want = [quiet_rewards.get(distinct_key(s)) for s in batch]
+    mismatches = [{"i": i, "kind": s["kind"], "route": got, "quiet": w}
+                  for i, (s, got, w) in enumerate(zip(batch, answer["rewards"], want)) if got != w]
+    ids = [j for j in answer["job_ids"] if j is not None]
+    distinct = len({distinct_key(s) for s in batch})
+    return {"samples": len(batch), "distinct": distinct, "posts": posts[0], "wall_s": round(wall, 1),
+            "reward_mismatches": len(mismatches), "mismatch_examples": mismatches[:10],
+            "rewards_compared": sum(w is not None for w in want),
+            "jobs": len(before_resend), "distinct_job_ids": len(set(ids)),
+            "unanswered": sum(r[1] != "done" for r in before_resend),
+            "resend_same_rewards": resent["rewards"] == answer["rewards"],
+            "resend_new_jobs": len(after_resend) - len(before_resend), "events": events,
+            "ok": (not mismatches and len(set(ids)) == distinct == len(before_resend)
+                   and all(r[1] == "done" for r in before_resend) and resent["rewards"] == answer["rewards"]
+                   and len(after_resend) == len(before_resend) and any(e["event"] == "server_restarted"
+                                                                       for e in events))}
+
+
 def _metric_sum(snapshots: list[dict], prefix: str) -> dict[str, float]:
     out: Counter = Counter()
     for snap in snapshots:
@@ -404,6 +507,8 @@ def main(argv=None) -> int:
     p.add_argument("--restart-at", type=float, default=0.5, help="share of answers after which the server is "
                                                                  "SIGKILLed and restarted (0: never)")
     p.add_argument("--skip-quiet", action="store_true", help="no quiet run (verdicts are then not compared)")
+    p.add_argument("--openrlhf", type=int, default=64, help="samples of the OpenRLHF route leg (0: no leg; needs "
+                                                           "the quiet run)")
     p.add_argument("--out", default="bench_service_soak.json")
     args = p.parse_args(argv)
     args.workers = args.workers or (2 if args.device == "cpu" else 4)
@@ -412,7 +517,9 @@ def main(argv=None) -> int:
 
     subs = submissions(args.count, args.device)
     info = machine(args.device)
-    quiet, quiet_wall, n_distinct = ({}, 0.0, 0) if args.skip_quiet else quiet_run(subs, args.device, args.workers)
+    quiet_rewards: dict = {}
+    quiet, quiet_wall, n_distinct = ({}, 0.0, 0) if args.skip_quiet else quiet_run(subs, args.device, args.workers,
+                                                                                   quiet_rewards)
     print(f"quiet run: {n_distinct} distinct submissions in {quiet_wall:.0f} s "
           f"({60 * n_distinct / max(quiet_wall, 1e-9):.1f} evaluations/min)", flush=True)
     run = soak(subs, args)
@@ -446,6 +553,11 @@ def main(argv=None) -> int:
           and report["verdict_mismatches"] == 0 and report["nonfinite_not_decoded"] == 0
           and report["store"]["distinct_ids"] == len(subs) == report["store"]["jobs"]
           and report["store"]["unanswered"] == 0 and report["store"]["cached_transient"] == 0)
+    if args.openrlhf and not args.skip_quiet:
+        report["openrlhf"] = openrlhf_leg(subs, quiet_rewards, args)
+        ok = ok and report["openrlhf"]["ok"]
+        print("openrlhf route:", json.dumps({k: v for k, v in report["openrlhf"].items() if k != "events"}),
+              flush=True)
     report["ok"] = ok
     Path(args.out).write_text(json.dumps(report, indent=2, default=str))
     print(f"{'subs':>5} {'once':>5} {'envfail':>7} {'mismatch':>8} {'cached':>6} {'transient':>9} "
