@@ -108,13 +108,15 @@ for stage in $STAGES; do
                   --label "old" --out "$OUT/redteam_cuda_old.json" 2>&1 | tee "$OUT/redteam_cuda_old.log" | tail -12
               fi ;;
     # ---- precision: the float64 oracle's verdicts on the GPU (tests/gpu/test_gpu_precision.py), the
-    # precision corpus (tests/env/precision) and what the oracle costs the grader.
+    # precision corpora (PRECISION_CORPORA, default tests/env/precision and precision_redteam) and what
+    # the oracle costs the grader.
     precision) $PY -m pytest tests/gpu/test_gpu_precision.py -o addopts="" -q -ra -s -p no:cacheprovider 2>&1 \
                 | tee "$OUT/gpu_precision.log" || status=1
-              if [ -f tests/env/precision/manifest.yaml ]; then
-                $PY tests/benchmarks/grade_corpus.py tests/env/precision --device cuda --label new \
-                  --out "$OUT/precision_cuda.json" 2>&1 | tee "$OUT/precision_cuda.log" | tail -14 || status=1
-              fi
+              for corpus in ${PRECISION_CORPORA:-tests/env/precision tests/env/precision_redteam}; do
+                name=$(basename "$corpus")
+                $PY tests/benchmarks/grade_corpus.py "$corpus" --device cuda --label new \
+                  --out "$OUT/${name}_cuda.json" 2>&1 | tee "$OUT/${name}_cuda.log" | grep -E "^(MISS|BAD|FAIL)|caught" || status=1
+              done
               $PY tests/benchmarks/diagnostics/precision_cost.py --out "$OUT/precision_cost.json" 2>&1 \
                 | tee "$OUT/precision_cost.log" || status=1 ;;
     # ---- rollout: tokens/s of the local trainer's batched generation (tiny model built here, as the
