@@ -8,7 +8,7 @@ import torch.nn as nn
 
 SMALL = os.environ.get("DRKERNEL_TASK_SIZE", "full") == "small"
 
-R, N = (16, 8192) if SMALL else (4096, 65536)
+R, N = (16, 8192) if SMALL else (4096, 16384)
 
 
 class Model(nn.Module):

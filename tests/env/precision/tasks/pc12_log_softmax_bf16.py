@@ -7,7 +7,7 @@ import torch.nn as nn
 
 SMALL = os.environ.get("DRKERNEL_TASK_SIZE", "full") == "small"
 
-rows, cols = (32, 1000) if SMALL else (16384, 32000)
+rows, cols = (32, 1000) if SMALL else (4096, 32000)
 
 
 class Model(nn.Module):
