@@ -60,7 +60,7 @@ from drkernel.env.compare import CONDITION_ULPS, Comparison, compare_outputs, re
 from drkernel.env.config import EvalConfig
 from drkernel.env.feedback import build_feedback
 from drkernel.env.gate import DeviceGate, Lease
-from drkernel.env.precision import judge
+from drkernel.env.precision import judge, near_miss
 from drkernel.env.precision import policy as precision_policy
 from drkernel.env.prepared import PreparedTask, ReferenceOutput, TrialKey
 from drkernel.env.profiling import UNBOUNDED
@@ -1006,8 +1006,8 @@ class Evaluation:
             oracle = pick(spot.oracle)
             loose = pick(spot.rounded(pol.operands)) if pol.operands and spot.rounded else None
             cmp = judge(out, r, oracle, loose=loose)
-            if not cmp.ok and cmp.precision and spot.sensitivity is not None:  # (not a shape, dtype or NaN failure)
-                sigma = spot.sensitivity(spot.out)
+            if not cmp.ok and near_miss(cmp) and spot.sensitivity is not None and not cpu:
+                sigma = self._sensitivity(spot)
                 if sigma is not None:
                     second = judge(out, r, oracle, loose=loose, sigma=pick(sigma))
                     if second.ok:
@@ -1020,13 +1020,24 @@ class Evaluation:
         cmp = compare_outputs(out, r, self.atol, self.rtol, scale=scale)
         if cmp.ok or spot.sensitivity is None or cmp.max_abs_err is None or cmp.max_abs_err == float("inf"):
             return cmp
-        sigma = spot.sensitivity(spot.out)
+        sigma = self._sensitivity(spot) if not cpu else None
         if sigma is None:
             return cmp
         second = compare_outputs(out, r, self.atol, self.rtol, allowance=CONDITION_ULPS * pick(sigma), scale=scale)
         if second.ok:
             self._conditioned(cmp, r.numel())
         return second if second.ok else cmp
+
+    def _sensitivity(self, spot: ReferenceOutput) -> torch.Tensor | None:
+        """The oracle's sensitivity for a failed comparison's second look, or None where the
+        device has no memory for its forwards (the first verdict stands; a sensitivity would only
+        have loosened it)."""
+        try:
+            return spot.sensitivity(spot.out)
+        except torch.OutOfMemoryError:
+            if self.cuda:
+                _release_if_short(self.device)
+            return None
 
     def _conditioned(self, first: Comparison, n: int) -> None:
         """A comparison that passed only with the sensitivity allowance (``details["ill_conditioned"]``)."""

@@ -27,6 +27,7 @@ from typing import Any, Callable
 import torch
 
 from drkernel.env.compare import aliases, is_dense
+from drkernel.env.result import EnvironmentFailure
 from drkernel.env.task import (LoadedTask, Task, TaskError, parameter_shapes, reload_parameters, scale_floats,
                                tensors_in)
 
@@ -265,6 +266,9 @@ class PreparedTask:
             try:
                 with torch.no_grad():
                     out = model(*inputs)
+            except torch.OutOfMemoryError as exc:  # the grader's device is full: not the task's fault
+                raise EnvironmentFailure(f"the grader ran out of device memory for the reference of "
+                                         f"{self.task.name}: {str(exc)[:200]}") from exc
             except Exception as exc:  # noqa: BLE001 - the reference is broken: an unusable task, not a verdict
                 raise TaskError(f"the reference forward of {self.task.name} raised {type(exc).__name__}: "
                                 f"{exc}") from exc

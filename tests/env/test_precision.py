@@ -294,3 +294,29 @@ def test_rounding_error_is_the_distance_to_the_nearest_even_value():
     ties = torch.tensor([1 + 2 ** -8, 1 + 3 * 2 ** -8], dtype=torch.float64)  # halfway between bf16 values
     assert precision.rounding_error(ties, torch.bfloat16).tolist() == [2 ** -8, 2 ** -8]
     assert precision.rounding_error(x, torch.float64).abs().max() == 0
+
+
+def test_the_sensitivity_is_asked_only_for_near_misses():
+    """Eight float64 forwards are spent on a second look only where it can change the verdict."""
+    a, b, ref, oracle = _gemm(17, m=2048)
+    exact = (a.double() @ b.double()).float()
+    local = exact.clone()
+    local[-1, -1] *= 1.0001  # an element test failure: could be an ill-conditioned element
+    assert precision.near_miss(judge(local, ref, oracle))
+    tf32 = judge((_tf32(a) @ _tf32(b)).float(), ref, oracle)  # ~1,000x the bound: no rounding of terms
+    assert not tf32.ok and not precision.near_miss(tf32)
+    assert not precision.near_miss(judge(torch.zeros(3), torch.zeros(4), torch.zeros(4, dtype=torch.float64)))
+
+
+def test_the_grader_out_of_device_memory_is_an_environment_failure_not_a_task_error(monkeypatch):
+    from drkernel.env.prepared import PreparedTask, TrialKey
+    from drkernel.env.result import EnvironmentFailure
+    from drkernel.env.task import Task
+
+    task = Task.from_source("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                            "        raise torch.OutOfMemoryError('CUDA out of memory (simulated)')\n"
+                            "def get_inputs():\n    return [torch.randn(4)]\ndef get_init_inputs():\n    return []\n",
+                            name="oom")
+    prepared = PreparedTask.prepare(task, "small", "cpu")
+    with pytest.raises(EnvironmentFailure, match="ran out of device memory"):
+        prepared.reference(0, TrialKey(seed=1))
