@@ -40,3 +40,27 @@ class GradedAhead:
     def close(self) -> None:
         """Drop what has not started, wait for what has."""
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def corpus_verdicts(request: Any, root: Any, test_name: str, seed: int | None = None):
+    """A generator for a module-scoped fixture over a corpus directory (``tasks/``, ``candidates/``,
+    entries with ``candidate`` and ``task`` paths relative to ``root``): the selected ``test_name``
+    cases graded ahead on the CPU interpreter by one warm LocalGrader, two at a time; yields
+    ``verdict(entry) -> EvalResult``. ``seed``: every hidden seed fixed (None: fresh ones)."""
+    from drkernel.env.config import EvalConfig, cpu_fast
+    from drkernel.env.grader import LocalGrader
+    from drkernel.env.task import Task
+
+    grader = LocalGrader(cpu_fast(EvalConfig(device="cpu")), capacity=2, spares=1)
+
+    def grade(candidate: str, task: str):
+        return grader.grade(Task.from_file(root / task), (root / candidate).read_text(), seed=seed)
+
+    ahead = GradedAhead(workers=2)
+    for p in selected_params(request, test_name):
+        ahead.submit(p["entry"]["candidate"], grade, p["entry"]["candidate"], p["entry"]["task"])
+    try:
+        yield lambda e: ahead.result(e["candidate"], grade, e["candidate"], e["task"])
+    finally:
+        ahead.close()
+        grader.close()

@@ -17,34 +17,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from drkernel.env.config import EvalConfig, cpu_fast
-from drkernel.env.grader import LocalGrader
-from drkernel.env.task import Task
-from tests.grading_ahead import GradedAhead, selected_params
+from tests.grading_ahead import corpus_verdicts
 
 ROOT = Path(__file__).parent / "precision"
 MANIFEST = yaml.safe_load((ROOT / "manifest.yaml").read_text())["candidates"]
 ENTRIES = [e for e in MANIFEST if e.get("devices", "both") in ("both", "cpu")]
-SEED = 2026
+SEED = 2026  # fixed: CI's verdicts are reproducible (truth.py measures the margins over many seeds)
 
 
 @pytest.fixture(scope="module")
 def verdicts(request):
-    grader = LocalGrader(cpu_fast(EvalConfig(device="cpu")), capacity=2, spares=1)
-
-    def grade(candidate: str, task: str):
-        # a fixed seed: CI's verdicts are reproducible (the margins are measured over many seeds in
-        # truth.py and on the GPU; a training run draws fresh seeds)
-        return grader.grade(Task.from_file(ROOT / task), (ROOT / candidate).read_text(), seed=SEED)
-
-    ahead = GradedAhead(workers=2)
-    for p in selected_params(request, "test_precision_verdict"):
-        ahead.submit(p["entry"]["candidate"], grade, p["entry"]["candidate"], p["entry"]["task"])
-    try:
-        yield lambda e: ahead.result(e["candidate"], grade, e["candidate"], e["task"])
-    finally:
-        ahead.close()
-        grader.close()
+    yield from corpus_verdicts(request, ROOT, "test_precision_verdict", seed=SEED)
 
 
 def test_manifest_lists_every_candidate():

@@ -13,10 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from drkernel.env.config import EvalConfig, cpu_fast
-from drkernel.env.grader import LocalGrader
-from drkernel.env.task import Task
-from tests.grading_ahead import GradedAhead, selected_params
+from tests.grading_ahead import corpus_verdicts
 
 ROOT = Path(__file__).parent / "redteam"
 MANIFEST = yaml.safe_load((ROOT / "manifest.yaml").read_text())["candidates"]
@@ -32,19 +29,7 @@ KNOWN_MISSES = {
 
 @pytest.fixture(scope="module")
 def verdicts(request):
-    grader = LocalGrader(cpu_fast(EvalConfig(device="cpu")), capacity=2, spares=1)
-
-    def grade(candidate: str, task: str):
-        return grader.grade(Task.from_file(ROOT / task), (ROOT / candidate).read_text())
-
-    ahead = GradedAhead(workers=2)
-    for p in selected_params(request, "test_redteam_verdict"):
-        ahead.submit(p["entry"]["candidate"], grade, p["entry"]["candidate"], p["entry"]["task"])
-    try:
-        yield lambda e: ahead.result(e["candidate"], grade, e["candidate"], e["task"])
-    finally:
-        ahead.close()
-        grader.close()
+    yield from corpus_verdicts(request, ROOT, "test_redteam_verdict")
 
 
 def test_manifest_lists_every_candidate():
