@@ -1,4 +1,7 @@
-"""Comparing a candidate's output with the reference's.
+"""Comparing a candidate's output with the reference's: the scale-aware tolerance below, used for
+integer outputs (exactly), the ``rms`` and ``kernelbench`` precision policies, the determinism re-run
+and where a reference has no float64 oracle. Float outputs are otherwise judged against that oracle
+(:mod:`drkernel.env.precision`).
 
 Tolerance (per element, in float64)::
 

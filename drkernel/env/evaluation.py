@@ -14,7 +14,8 @@ An evaluation reads top to bottom (:meth:`Evaluation.run`)::
                                                      candidate; ModelNew under the same init seed
     correctness trials: seed, distribution,     ->  fresh parameters from the reload seed, inputs
       grad mode, reload seed                         drawn from the seed, garbage pre-fill, fenced
-    compare (scale-aware tolerance)             <-   call, output; audit findings
+    judge against the float64 oracle            <-   call, output; audit findings
+      (drkernel.env.precision)
     determinism: trial 1 again, other garbage
     [GPU gate, exclusive]
       reference timing: cached, or measured now in

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 
 import torch
 
-from drkernel.env.compare import CHUNK, Comparison
+from drkernel.env.compare import CHUNK, Comparison, _fused, _fused_failed
 
 K_NORM = 4.0
 """Error norm allowed as a multiple of the reference's own (docs/precision.md)."""
@@ -243,7 +243,8 @@ def judge(out: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor, *, loose: 
     ``ref`` (it is moved there); ``loose``: the oracle on operands rounded to the policy's format
     (None: the ``reference`` policy); ``sigma``: the oracle's sensitivity, per element. On a GPU the
     two passes are Triton kernels (:mod:`drkernel.env.precision_kernels`), elsewhere torch
-    operations in chunks of ``CHUNK`` elements; both read the results back once per pass."""
+    operations in chunks of ``CHUNK`` elements (also, from then on, wherever the kernels failed to
+    compile or run: ``compare.FUSED``); both read the results back once per pass."""
     if out.shape != ref.shape:
         return Comparison(False, f"shape mismatch: got {tuple(out.shape)}, expected {tuple(ref.shape)}")
     if out.dtype != ref.dtype:
@@ -261,8 +262,12 @@ def judge(out: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor, *, loose: 
 
         cf, rf, of = cf.contiguous(), rf.contiguous(), of.contiguous()
         lf = lf.contiguous() if lf is not None else None
-        sums, ints = precision_kernels.first_pass(cf, rf, of, lf, *_format(dtype))
-    else:
+        try:
+            sums, ints = precision_kernels.first_pass(cf, rf, of, lf, *_format(dtype))
+        except Exception as exc:  # noqa: BLE001 - see compare._fused_failed (out of memory re-raised)
+            _fused_failed(exc)
+            fused = False
+    if not fused:
         sums, ints = _first_pass(cf, rf, of, lf, dtype)
     st = _Stats(int(ints[0]), sums[0], sums[1], 0.0, sums[2], sums[3], sums[4], sums[5])
     if ints[1]:
@@ -274,9 +279,14 @@ def judge(out: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor, *, loose: 
     p_out, low_out = _format(dtype)
     p_work, low_work = _format(_work_dtype(dtype))
     if fused:
-        st.sum_work, over, n_c, n_r, n_nf, _, idx, sum_sigma = precision_kernels.second_pass(
-            cf, rf, of, lf, sf, [e_scale, rms_o, K_ELEM, A_OUT, A_WORK, K_SENS], p_out, low_out, p_work, low_work)
-    else:
+        try:
+            st.sum_work, over, n_c, n_r, n_nf, _, idx, sum_sigma = precision_kernels.second_pass(
+                cf, rf, of, lf, sf, [e_scale, rms_o, K_ELEM, A_OUT, A_WORK, K_SENS], p_out, low_out, p_work,
+                low_work)
+        except Exception as exc:  # noqa: BLE001 - as above
+            _fused_failed(exc)
+            fused = False
+    if not fused:
         st.sum_work, over, n_c, n_r, n_nf, _, idx, sum_sigma = _second_pass(cf, rf, of, lf, sf, dtype, e_scale, rms_o)
     flips_ok = n_c == 0 or (n_c <= F_FLIPS * n_r and over <= 2.0 * st.max_r)
     rounding = st.rms_round  # what the output's dtype costs any kernel, the correctly rounded one
@@ -318,18 +328,6 @@ def near_miss(cmp: Comparison) -> bool:
     if not p:
         return False  # a shape, dtype or NaN failure
     return bool(p.get("norm_ok")) or p.get("rms_err", float("inf")) <= SENSITIVITY_REACH * p.get("norm_bound", 0.0)
-
-
-FUSED = True
-"""Judge GPU outputs with :mod:`drkernel.env.precision_kernels`; False: the torch path everywhere."""
-
-
-def _fused(*tensors: torch.Tensor) -> bool:
-    if not FUSED:
-        return False
-    from drkernel.env import precision_kernels
-
-    return precision_kernels.applies(*tensors)
 
 
 def _format(dtype: torch.dtype) -> tuple[int, int]:

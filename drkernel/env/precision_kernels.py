@@ -17,30 +17,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from drkernel.env.compare_kernels import _on
+
 BLOCK = 1024
-DTYPES = ("float16", "bfloat16", "float32", "float64")
+"""Which outputs take these kernels, and the switch that turns them off, are
+:mod:`drkernel.env.compare_kernels`' (``applies``, ``compare.FUSED``): one path for both comparisons."""
+
 
 def _build() -> Any:
     """The kernels' module, imported at first use."""
     from drkernel.env import precision_triton
 
     return precision_triton
-
-
-def applies(*tensors: Any) -> bool:
-    """All on one GPU, real float dtypes (complex outputs, and any tensor on the CPU, take the
-    torch path; the CPU tests run these kernels through the interpreter explicitly)."""
-    first = tensors[0]
-    return (first.is_cuda and all(t.device == first.device for t in tensors)
-            and all(str(t.dtype).removeprefix("torch.") in DTYPES for t in tensors))
-
-
-def _on(device: Any) -> Any:
-    import contextlib
-
-    import torch
-
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def first_pass(cf: Any, rf: Any, of: Any, lf: Any, p_out: int, low_out: int) -> tuple[list[float], list[int]]:
@@ -85,4 +73,4 @@ def second_pass(cf: Any, rf: Any, of: Any, lf: Any, sf: Any, coef: list[float], 
     return head[0], head[1], counts[0], counts[1], counts[2], head[2], int(i[3][b]), head[3]
 
 
-__all__ = ["applies", "first_pass", "second_pass", "BLOCK", "DTYPES"]
+__all__ = ["first_pass", "second_pass", "BLOCK"]

@@ -219,9 +219,11 @@ def test_a_reference_that_cannot_run_in_float64_has_no_oracle():
 def _fused_cases() -> int:
     """In a process with ``TRITON_INTERPRET=1``: random cases through drkernel.env.precision_kernels
     (blocks of 16) give the torch path's verdict, message, counts and maxima."""
+    from drkernel.env import compare
+    from drkernel.env import compare_kernels
     from drkernel.env import precision_kernels as kernels
 
-    kernels.applies = lambda *ts: all(str(t.dtype).removeprefix("torch.") in kernels.DTYPES for t in ts)
+    compare_kernels.applies = lambda *ts: all(str(t.dtype).removeprefix("torch.") in compare_kernels.DTYPES for t in ts)
     kernels.BLOCK = 16
     gen = g(31)
     checked = 0
@@ -242,9 +244,10 @@ def _fused_cases() -> int:
             flat[0] = float("nan")
         loose = oracle * (1 + 1e-2 * torch.randn(shape, generator=gen, dtype=torch.float64)) if case % 6 == 2 else None
         sigma = torch.rand(shape, generator=gen, dtype=torch.float64) * 1e-3 if case % 4 == 3 else None
-        precision.FUSED = True
+        compare.FUSED = True
         got = judge(out, ref, oracle, loose=loose, sigma=sigma)
-        precision.FUSED = False
+        assert compare.FUSED, "the kernels failed and the torch path stood in: nothing was compared"
+        compare.FUSED = False
         want = judge(out, ref, oracle, loose=loose, sigma=sigma)
         assert (got.ok, got.message) == (want.ok, want.message), (case, got, want)
         if want.precision:
