@@ -237,9 +237,15 @@ class Plan:
     @classmethod
     def make(cls, prepared: PreparedTask, config: EvalConfig, seed: int) -> "Plan":
         dists = prepared.loaded.allowed_distributions(config.distributions)
-        seeds = [(d, s) for d in dists for s in trial_seeds(seed, config.trials_per_distribution, f"correctness-{d}")]
-        if "scaled" in dists:  # and the ends of the scale range, every time (task.SCALE_ENDS)
-            seeds += [(d, trial_seeds(seed, 1, f"correctness-{d}")[0]) for d in SCALE_ENDS]
+        n = config.trials_per_distribution
+        seeds = []
+        for d in dists:
+            drawn = trial_seeds(seed, n, f"correctness-{d}")
+            if d == "scaled":  # the ends of the scale range first, every time (task.SCALE_ENDS), then draws
+                ends = sorted(SCALE_ENDS, reverse=True)[:n]  # scaled_max (overflow) before scaled_min
+                seeds += [(e, trial_seeds(seed, 1, f"correctness-{e}")[0]) for e in ends]
+                drawn = drawn[len(ends):]
+            seeds += [(d, s) for s in drawn]
         reloads = trial_seeds(seed, len(seeds), "correctness-params")
         # trial 1 uses the parameters as built; every later trial loads fresh values
         trials = [(d, s, GRAD_MODES[k % len(GRAD_MODES)], None if k == 0 else reloads[k])

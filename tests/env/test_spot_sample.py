@@ -41,7 +41,7 @@ class ModelNew(nn.Module):
         self.calls += 1
         x = x.contiguous()
         out = torch.full_like(x, 7.0)
-        n = x.numel() if self.calls <= 9 else (x.numel() * 9) // 10  # 8 trials (2 at the scale ends) + determinism
+        n = x.numel() if self.calls <= 7 else (x.numel() * 9) // 10  # 6 trials (2 at the scale ends) + determinism
         relu_kernel[(triton.cdiv(n, 256),)](x, out, n, BLOCK=256)
         return out
 '''
@@ -80,7 +80,7 @@ class ModelNew(nn.Module):
         x = x.contiguous()
         out = torch.empty_like(x)
         n = x.numel()
-        h = n if self.i <= 9 else n // 2  # 8 trials (2 at the scale ends) + determinism
+        h = n if self.i <= 7 else n // 2  # 6 trials (2 at the scale ends) + determinism
         relu_kernel[(triton.cdiv(h, 256),)](x, out, 0, h, BLOCK=256)
         if h < n:
             Q.append((x, out, h, n))
