@@ -145,7 +145,7 @@ class Compiler:
     def pss_bytes(self) -> int:
         """Proportional resident bytes of its group (PSS: the pages it shares with the zygote and
         the worker count once between them, not once in each)."""
-        from drkernel.env.sandbox import group_pss_bytes
+        from drkernel.env.procfs import group_pss_bytes
 
         return group_pss_bytes(self.pgid) if self.running else 0
 
@@ -155,7 +155,7 @@ class Compiler:
         if reason and self.reason is None and self.running:
             self.reason = reason
         if self.running and self.child.leader_alive():
-            from drkernel.env.sandbox import kill_group
+            from drkernel.env.procfs import kill_group
 
             kill_group(self.pgid)
 
@@ -218,11 +218,11 @@ def compile_main(workdir: str, job: dict[str, Any]) -> int:
     import json
     import resource
 
-    from drkernel.env.worker import _laps
+    from drkernel.env.loading import laps
 
     phases: dict[str, float] = {}
     t0 = time.perf_counter()
-    timed = _laps(phases)
+    timed = laps(phases)
 
     def lap(name: str) -> None:  # the worker's laps, with the total so far, written where the grader reads
         timed(name)
@@ -288,7 +288,7 @@ def _compile_forward(candidate_file: str, entry_point: str, loaded: Any, target:
     from triton.runtime import driver
     from triton.runtime.jit import JITFunction
 
-    from drkernel.env.worker import import_file
+    from drkernel.env.loading import import_file
 
     driver.set_active(CompileOnlyDriver(target))
     run = JITFunction.run

@@ -30,7 +30,6 @@ correctness, time -> timing. A failure before that is the harness's.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 import sys
 import time
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from drkernel.env.faults import CandidateError, trim_traceback
+from drkernel.env.loading import import_file, laps
 
 _perf = time.perf_counter
 
@@ -59,18 +59,6 @@ def _mode_changed(now: tuple[Any, type, dict[str, Any]], before: tuple[Any, type
 
 def _no_seal(where: str) -> None:
     """The seal where there is none (a reference worker: no candidate code runs in it)."""
-
-
-def _laps(into: dict[str, float]) -> Any:
-    """``lap(name)``: the seconds since the previous lap (or this call) go to ``into[name]``."""
-    last = [_perf()]
-
-    def lap(name: str) -> None:
-        now = _perf()
-        into[name] = round(into.get(name, 0.0) + now - last[0], 6)
-        last[0] = now
-
-    return lap
 
 
 #: Library modules the seal watches (drkernel.env.seal): the ones the draw of the next call's inputs
@@ -188,7 +176,7 @@ class Harness:
     def warm_cuda(self) -> None:
         """CUDA context, the launch budget, the fences, the flush buffer, the profiler's accessors."""
         torch = self.torch
-        lap = _laps(self.start_parts)
+        lap = laps(self.start_parts)
         torch.cuda.init()
         torch.empty(1, device="cuda")
         lap("cuda_context")
@@ -277,7 +265,7 @@ class Harness:
             return LoadReply(load_s=_perf() - t0)
         self._init_args = split_init_inputs(init)
         phases: dict[str, float] = {}
-        lap = _laps(phases)
+        lap = laps(phases)
         self.candidate_file = str(Path(req.candidate_file).resolve())
         self.recorder.own_file = self.candidate_file
         if self.stage is not None and req.stage_bytes:  # mapped and page-locked before any candidate code
@@ -302,7 +290,7 @@ class Harness:
         from drkernel.env.task import SeededRandom, parameter_shapes
 
         torch = self.torch
-        lap = _laps(phases)
+        lap = laps(phases)
         args, kwargs = self._init_args
         if self.device == "cuda" and req.part == "candidate":
             self._warm_sampler()  # after the profiler's start: on the calls' stream, before their fences
@@ -352,7 +340,7 @@ class Harness:
         torch = self.torch
         seal = self.seal_slot[0] if self.seal_slot else _no_seal  # at the request's start
         phases: dict[str, float] = {}
-        lap = _laps(phases)
+        lap = laps(phases)
         t0 = _perf()
         inputs = self.pool_inputs(req.seed, req.distribution)  # the task's code: torch's Python
         draw_s = _perf() - t0
@@ -782,17 +770,6 @@ class Harness:
         del blocks
 
 
-def import_file(path: str) -> Any:
-    """Import a module from ``path`` under a random name (the candidate's file: this function is
-    the trusted code that reads and executes it)."""
-    name = f"_candidate_{os.urandom(8).hex()}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def _shapes(shapes: list[list[int]]) -> str:
     text = ", ".join(str(tuple(s)) for s in shapes[:8])
     return f"[{text}{', ...' if len(shapes) > 8 else ''}] ({len(shapes)} tensors)"
@@ -915,7 +892,7 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     # started by exec: the modules a zygote preloads (importing a loaded module raises no audit event)
-    from drkernel.env.zygote import preload
+    from drkernel.env.preload import preload
 
     preload()
     sys.exit(main(sys.argv[1:]))

@@ -47,23 +47,11 @@ import threading
 import time
 from typing import Any
 
+from drkernel.env.preload import preload
 from drkernel.env.proclimits import EXIT_UNKNOWN, child_limits
 
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 """The directory holding this drkernel package (what worker_env puts first on PYTHONPATH)."""
-
-#: What the zygote imports before serving: everything a worker imports before its candidate.
-PRELOAD = ("numpy", "torch", "torch.profiler", "torch.utils._python_dispatch", "triton", "triton.language",
-           "triton.runtime.cache", "drkernel.env.worker", "drkernel.env.protocol", "drkernel.env.launches",
-           "drkernel.env.tensor_io", "drkernel.env.compare", "drkernel.env.profiling", "drkernel.env.task",
-           "drkernel.env.timing", "drkernel.env.budget", "drkernel.env.audit", "drkernel.env.confine",
-           "drkernel.env.triton_cache", "drkernel.env.hacks", "drkernel.env.faults", "drkernel.env.seccomp",
-           "drkernel.env.precompile",
-           # what a compiler (drkernel.env.precompile) would import on its first meta tensor and its
-           # first compile: 2.3-5 s of every compiler on an H100 machine (sympy; torch._dynamo, which
-           # the Python meta kernels of arithmetic import on first use)
-           "torch.utils._device", "torch.fx.experimental.symbolic_shapes", "torch._dynamo",
-           "triton.compiler.code_generator", "triton.backends.nvidia.driver")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -157,15 +145,6 @@ def _gpu_device_files() -> list[str]:
         if target.startswith(("/dev/nvidia", "/dev/dri", "/dev/kfd")):
             found.append(target)
     return found
-
-
-def preload() -> None:
-    """Import :data:`PRELOAD` (a zygote before serving; a worker started by exec, so both start
-    methods give the candidate the same modules already imported)."""
-    import importlib
-
-    for name in PRELOAD:
-        importlib.import_module(name)
 
 
 def serve(fd: int) -> int:
@@ -307,7 +286,7 @@ class ZygoteChild:
         with self._fd_lock:
             fd = self._pidfd
             if fd is None:
-                from drkernel.env.sandbox import proc_stat
+                from drkernel.env.procfs import proc_stat
 
                 fields = proc_stat(self.pid)
                 return fields is None or fields[0] in ("Z", "X")

@@ -176,7 +176,7 @@ def _cache(work: Path, suffix: str = "") -> list[str]:
 
 
 def _group_gone(pgid: int) -> bool:
-    from drkernel.env.sandbox import _group_pids
+    from drkernel.env.procfs import _group_pids
 
     deadline = time.monotonic() + 5
     while _group_pids(pgid) and time.monotonic() < deadline:

@@ -308,7 +308,7 @@ def test_cpu_time_of_other_threads_is_read_from_proc():
 
     import os
 
-    from drkernel.env.sandbox import cpu_seconds, thread_run_ns
+    from drkernel.env.procfs import cpu_seconds, thread_run_ns
 
     pid = os.getpid()
     before = thread_run_ns(pid)

@@ -1,0 +1,163 @@
+"""The grader package's shape, read from its source (ast: nothing is imported).
+
+* No import cycle among ``drkernel.env`` modules. An edge is any ``import`` or ``from ... import``
+  of a ``drkernel.env`` module anywhere in a file: at module level, inside a function, under
+  ``if TYPE_CHECKING:``. ``from pkg import name`` is an edge to ``pkg.name`` when that is a module,
+  else to ``pkg``; importing a module also runs its packages' ``__init__``, so those are edges too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "drkernel" / "env"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _resolve(name: str, known: dict[str, Path]) -> str | None:
+    """The most specific known module that ``name`` names (``a.b.C`` -> ``a.b``)."""
+    while name:
+        if name in known:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def _with_packages(name: str, known: dict[str, Path]) -> set[str]:
+    """``name`` and every package above it inside the known set (their ``__init__`` runs first)."""
+    out = set()
+    while name:
+        if name in known:
+            out.add(name)
+        name = name.rpartition(".")[0]
+    return out
+
+
+def imports_of(name: str, source: str, is_package: bool, known: dict[str, Path]) -> dict[str, int]:
+    """``{imported drkernel.env module: first line}`` for one module's source."""
+    package = name if is_package else name.rpartition(".")[0]
+    found: dict[str, int] = {}
+
+    def add(target: str | None, line: int) -> None:
+        if target is None:
+            return
+        for t in _with_packages(target, known):
+            if t != name and not name.startswith(t + "."):  # (a module's own packages are already running)
+                found.setdefault(t, line)
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(_resolve(alias.name, known), node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                sub = f"{source}.{alias.name}"
+                add(sub if sub in known else _resolve(source, known), node.lineno)
+    return found
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    known = modules()
+    return {name: imports_of(name, path.read_text(encoding="utf-8"), path.name == "__init__.py", known)
+            for name, path in known.items()}
+
+
+def find_cycles(graph: dict[str, dict[str, int]]) -> list[tuple[list[str], list[str]]]:
+    """Per strongly connected component of more than one module (Tarjan): its shortest cycle through
+    its first module, as a path ``[a, b, ..., a]``, and the component's modules."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(v: str) -> None:  # (the graph is a few dozen modules: recursion is fine)
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    cycles = []
+    for component in components:
+        members = set(component)
+        start = component[0]
+        # the shortest way back to start inside the component (breadth first)
+        paths = {start: [start]}
+        frontier = [start]
+        cycle = None
+        while frontier and cycle is None:
+            nxt = []
+            for v in frontier:
+                for w in sorted(graph[v]):
+                    if w == start:
+                        cycle = paths[v] + [start]
+                        break
+                    if w in members and w not in paths:
+                        paths[w] = paths[v] + [w]
+                        nxt.append(w)
+                if cycle:
+                    break
+            frontier = nxt
+        cycles.append((cycle or component, component))
+    return cycles
+
+
+def describe(cycle: list[str], component: list[str], graph: dict[str, dict[str, int]]) -> str:
+    short = lambda m: m.removeprefix("drkernel.env.")  # noqa: E731
+    steps = [f"{short(a)} (line {graph[a][b]}) -> {short(b)}" for a, b in zip(cycle, cycle[1:])]
+    return f"  {';  '.join(steps)}\n    (all of them import each other, directly or not: {', '.join(map(short, component))})"
+
+
+def test_the_resolver_sees_every_kind_of_import():
+    known = dict.fromkeys(["drkernel.env", "drkernel.env.a", "drkernel.env.p", "drkernel.env.p.b",
+                           "drkernel.env.p.c"], Path())
+    source = ("import drkernel.env.a\n"
+              "def f():\n    from drkernel.env.p import b\n"
+              "def g():\n    from .. import a\n")
+    # (its own packages drkernel.env and drkernel.env.p are not edges: they are running already)
+    assert imports_of("drkernel.env.p.c", source, False, known) == {"drkernel.env.a": 1, "drkernel.env.p.b": 3}
+    assert find_cycles({"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3}, "d": {"a": 4}}) == [(["a", "b", "c", "a"], ["a", "b", "c"])]
+
+
+def test_no_import_cycle_among_grader_modules():
+    graph = import_graph()
+    cycles = find_cycles(graph)
+    assert not cycles, "import cycles among drkernel.env modules (import one way: move the shared piece " \
+                       "down to a module both sides can import):\n" + "\n".join(describe(c, m, graph) for c, m in cycles)
+
