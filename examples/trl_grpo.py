@@ -84,7 +84,7 @@ def build_policy(args: Args):
 def build_grader(args: Args):
     """A LocalGrader with the suite's protocol on ``args.device`` (light on the CPU)."""
     from drkernel.env import LocalGrader
-    from drkernel.env.suite import load_suite
+    from drkernel.env.tasks.suite import load_suite
 
     config = load_suite(args.suite).eval_config(args.device)
     if not args.timing:

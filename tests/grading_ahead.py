@@ -49,7 +49,7 @@ def corpus_verdicts(request: Any, root: Any, test_name: str, seed: int | None = 
     ``verdict(entry) -> EvalResult``. ``seed``: every hidden seed fixed (None: fresh ones)."""
     from drkernel.env.config import EvalConfig, cpu_fast
     from drkernel.env.grader import LocalGrader
-    from drkernel.env.task import Task
+    from drkernel.env.tasks.task import Task
 
     grader = LocalGrader(cpu_fast(EvalConfig(device="cpu")), capacity=2, spares=1)
 

@@ -2,7 +2,7 @@
 
 The grader writes the compact verdict text (``EvalResult.feedback``: the stage that failed with its
 error trimmed, the first mismatching trial's statistics, hack reasons in words, speedup and
-coverage with the profiler's top kernels; :func:`drkernel.env.feedback.build_feedback`). The agent
+coverage with the profiler's top kernels; :func:`drkernel.env.judge.feedback.build_feedback`). The agent
 adds what only it knows:
 
 * a reply without a code block gets a plain statement of that (and, when the backend cut the
@@ -52,7 +52,7 @@ def result_text(result: "EvalResult", max_chars: int = MAX_FEEDBACK_CHARS) -> st
     """The grader's compact feedback for ``result`` (built here if the grader left it empty), capped."""
     text = result.feedback
     if not text.strip():
-        from drkernel.env.feedback import build_feedback
+        from drkernel.env.judge.feedback import build_feedback
 
         text = build_feedback(result)
     return cap_text(text, max_chars)

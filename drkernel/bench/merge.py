@@ -8,7 +8,7 @@ from typing import Any
 
 from drkernel.bench.outcomes import BenchReport, TaskOutcome, read_outcomes, summarize
 from drkernel.bench.report import write_report
-from drkernel.env.suite import Suite, load_suite
+from drkernel.env.tasks.suite import Suite, load_suite
 
 
 def merge_reports(suite: Suite | str | os.PathLike, parts: list[str | os.PathLike], *,

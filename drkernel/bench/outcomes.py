@@ -20,7 +20,7 @@ from typing import Any
 
 from drkernel.env.config import EvalConfig
 from drkernel.env.result import EvalResult
-from drkernel.env.suite import Suite
+from drkernel.env.tasks.suite import Suite
 
 #: Outcome statuses. Only the first three are kernel verdicts.
 PASS, FAIL, NO_CANDIDATE, ENV_FAILURE, TASK_ERROR = "pass", "fail", "no_candidate", "environment_failure", "task_error"

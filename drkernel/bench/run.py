@@ -26,8 +26,8 @@ from drkernel.bench.outcomes import (ENV_FAILURE, FAIL, NO_CANDIDATE, PARTIAL_NA
 from drkernel.bench.report import jsonable, progress_line, write_report
 from drkernel.env.config import EvalConfig
 from drkernel.env.result import EnvironmentFailure, EvalError, EvalResult
-from drkernel.env.suite import Suite, load_suite
-from drkernel.env.task import Task, TaskError
+from drkernel.env.tasks.suite import Suite, load_suite
+from drkernel.env.tasks.task import Task, TaskError
 
 
 def default_device() -> str:
@@ -56,7 +56,7 @@ def protocol_options(config: EvalConfig) -> dict[str, Any]:
 
 
 def _no_candidate(message: str) -> EvalResult:
-    from drkernel.env.feedback import build_feedback
+    from drkernel.env.judge.feedback import build_feedback
 
     result = EvalResult(error=EvalError("load", message))
     result.feedback = build_feedback(result)

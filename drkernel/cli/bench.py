@@ -58,7 +58,7 @@ def _merge(args: argparse.Namespace, suite) -> int:  # noqa: ANN001 - a drkernel
 def main(args: argparse.Namespace) -> int:
     from drkernel.bench import ENV_FAILURE, TASK_ERROR, format_summary, run_bench
     from drkernel.data._deps import MissingDependency
-    from drkernel.env.suite import SuiteError
+    from drkernel.env.tasks.suite import SuiteError
 
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")

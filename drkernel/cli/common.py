@@ -158,7 +158,7 @@ def suites_in(*roots: str | os.PathLike) -> list[str]:
 def load_suite_arg(path: str, flag: str = "--suite") -> Any:
     """The suite at ``path``, or :class:`UsageError` naming it and the suites that exist (those
     beside it and under ``./envs``)."""
-    from drkernel.env.suite import SuiteError, load_suite
+    from drkernel.env.tasks.suite import SuiteError, load_suite
 
     try:
         return load_suite(path)

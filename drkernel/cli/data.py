@@ -58,7 +58,7 @@ def build(args: argparse.Namespace) -> int:
     """``data build``: write the dataset file(s) and say where."""
     from drkernel.data._deps import MissingDependency
     from drkernel.data.build import build_dataset
-    from drkernel.env.suite import SuiteError
+    from drkernel.env.tasks.suite import SuiteError
 
     out = Path(args.out)
     if out.suffix not in (".parquet", ".jsonl"):

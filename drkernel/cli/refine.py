@@ -74,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _load_tasks(args: argparse.Namespace) -> tuple[list[Any], Any, str]:
     """(tasks, suite or None, prompt template)."""
-    from drkernel.env.task import Task, TaskError
+    from drkernel.env.tasks.task import Task, TaskError
 
     if bool(args.suite) == bool(args.task):
         raise UsageError("give exactly one of --suite DIR or --task FILE")

@@ -175,7 +175,7 @@ class GraderSettings:
     """Concurrent evaluations; None = the grader's default (one per visible GPU, or per CPU core)."""
     profile: bool | None = None
     """Attribute the graded calls' work (coverage: PR/PRS input and the grader's coverage verdict);
-    None = on (on the CPU interpreter coverage is the cheap torch-work estimate, drkernel.env.profiling)."""
+    None = on (on the CPU interpreter coverage is the cheap torch-work estimate, drkernel.env.measure.profiling)."""
     options: dict[str, Any] = field(default_factory=dict)
     """EvalConfig overrides for every evaluation (e.g. ``{"timing_trials": 3}``)."""
 

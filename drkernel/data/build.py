@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from drkernel.agent.prompts import render_prompt
-from drkernel.env.suite import Suite, load_suite
+from drkernel.env.tasks.suite import Suite, load_suite
 
 ABILITY = "kernel_optimization"
 UUID_NAMESPACE = uuid_lib.UUID("5b0b7c3e-4a0e-5d6e-9a51-6472b6b1e7a1")

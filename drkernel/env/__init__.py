@@ -26,13 +26,13 @@ _EXPORTS = {
     "EvalResult": "drkernel.env.result",
     "EvalError": "drkernel.env.result",
     "EnvironmentFailure": "drkernel.env.result",
-    "Task": "drkernel.env.task",
-    "TaskError": "drkernel.env.task",
+    "Task": "drkernel.env.tasks.task",
+    "TaskError": "drkernel.env.tasks.task",
     "Grader": "drkernel.env.grader",
     "GraderBase": "drkernel.env.grader",
     "LocalGrader": "drkernel.env.grader",
-    "Suite": "drkernel.env.suite",
-    "load_suite": "drkernel.env.suite",
+    "Suite": "drkernel.env.tasks.suite",
+    "load_suite": "drkernel.env.tasks.suite",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -8,7 +8,7 @@ from typing import Any
 
 DISTRIBUTIONS = ("native", "negated", "scaled")
 PRECISION_POLICIES = ("reference", "tf32", "bf16", "fp16", "kernelbench", "rms")
-"""Names of :data:`drkernel.env.precision.POLICIES` (here without torch, for the command line)."""
+"""Names of :data:`drkernel.env.judge.precision.POLICIES` (here without torch, for the command line)."""
 
 #: env.yaml ``correctness:`` keys, each mapped to its EvalConfig field.
 CORRECTNESS_KEYS = {"trials_per_distribution": "trials_per_distribution", "distributions": "distributions",
@@ -36,7 +36,7 @@ class EvalConfig:
     distributions: tuple[str, ...] = DISTRIBUTIONS
     """Input transforms applied to floating inputs: native, negated (-x), scaled (x * s)."""
     precision: str | None = None
-    """How float outputs are judged (:data:`drkernel.env.precision.POLICIES`): ``reference`` (against a
+    """How float outputs are judged (:data:`drkernel.env.judge.precision.POLICIES`): ``reference`` (against a
     float64 oracle, as accurate as the reference in its own dtypes), ``tf32``/``bf16``/``fp16``
     (operands may be rounded to that format), ``kernelbench`` (allclose 1e-2 against the reference),
     ``rms`` (``atol``/``rtol`` below). None: the task's ``PRECISION``, else ``reference``. Set here (a
@@ -68,7 +68,7 @@ class EvalConfig:
     of 50 calls is caught with probability above 98%."""
     spot_sample: int = 1 << 20
     """Elements read back of a checked timed output holding more than twice this many, at indices
-    the grader draws after the call (:mod:`drkernel.env.spot`; smaller outputs come back whole;
+    the grader draws after the call (:mod:`drkernel.env.measure.spot`; smaller outputs come back whole;
     0: always whole). Correctness trials always compare whole outputs."""
     reference_backend: str = "eager"
     """``eager`` or ``torch_compile`` for the timed reference."""
@@ -81,7 +81,7 @@ class EvalConfig:
     Views, allocations and fills cost nothing; small torch glue passes."""
     launch_budget_ms: float = 1.0
     """How long the GPU is held after the L2 flush of each call, every SM full
-    (:mod:`drkernel.env.budget`), so that the host's launch path of either model, up to about this
+    (:mod:`drkernel.env.measure.budget`), so that the host's launch path of either model, up to about this
     long, is queued before the call's window opens and the window measures device time. On an H100
     a 1 ms hold cut the spread of one matmul's speedup between evaluations from 5-7% to 1.5% (the
     flush alone, ~0.085 ms, hides less than a two-kernel Python launch path). The hold leaves no SM
@@ -100,7 +100,7 @@ class EvalConfig:
     """Deadline for importing the candidate and building ModelNew (Triton compiles lazily, at launch)."""
     precompile_timeout_s: float = 10.0
     """On a GPU: how long the grader waits, outside the GPU gate, for the compiler forked from the
-    worker's zygote beside the load (:mod:`drkernel.env.precompile`: a process that never had a GPU,
+    worker's zygote beside the load (:mod:`drkernel.env.process.precompile`: a process that never had a GPU,
     confined and audited like the worker, in its own process group); what it does not reach in that
     time compiles in the first call. 0: no compiler (workers started by exec have none either)."""
     call_timeout_s: float = 120.0
@@ -154,7 +154,7 @@ class EvalConfig:
         if self.spot_sample < 0:
             raise ValueError(f"spot_sample must be >= 0, got {self.spot_sample}")
         if self.precision is not None:
-            from drkernel.env.precision import policy
+            from drkernel.env.judge.precision import policy
 
             policy(self.precision)  # ValueError naming the known policies
         if not 0.0 <= self.min_coverage <= 1.0:

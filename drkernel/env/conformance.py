@@ -177,7 +177,7 @@ def _verdict(r: Any) -> tuple:
 
 def check_grader(make_grader: Callable[[], Any], *, skip: tuple[str, ...] = ()) -> list[CheckResult]:
     """Run every check (minus ``skip``) against graders from ``make_grader``; see the module docstring."""
-    from drkernel.env.task import Task
+    from drkernel.env.tasks.task import Task
 
     task = Task.from_source(PROBE_TASK, name="probe")
     results: list[CheckResult] = []
@@ -260,7 +260,7 @@ def check_grader(make_grader: Callable[[], Any], *, skip: tuple[str, ...] = ()) 
         import glob
         import tempfile
 
-        from drkernel.env.sandbox import workdir_root_default
+        from drkernel.env.process.sandbox import workdir_root_default
 
         name = f"drkernel-conformance-{os.getpid()}-{time.monotonic_ns()}.pid"
         src = SLEEP_PRINT_PID.replace('"PIDFILE"', repr(name))

@@ -15,17 +15,17 @@ An evaluation reads top to bottom (:meth:`Evaluation.run`)::
     correctness trials: seed, distribution,     ->  fresh parameters from the reload seed, inputs
       grad mode, reload seed                         drawn from the seed, garbage pre-fill, fenced
     judge against the float64 oracle            <-   call, output; audit findings
-      (drkernel.env.precision)
+      (drkernel.env.judge.precision)
     determinism: trial 1 again, other garbage
     [GPU gate, exclusive]
       reference timing: cached, or measured now in
-        a clean worker (drkernel.env.reference)
+        a clean worker (drkernel.env.measure.reference_timing)
       timed calls: seeds, factors, reload seeds ->  warm-up + timed calls, each fenced
         keep this output?  (decided now)        <-   after each timed call
                                                 <-   device records, kept outputs
     spot checks of the kept outputs
     attribution: per-call windows from the device records: time, own-kernel share (coverage),
-      device-to-host copies, side streams, own launches (drkernel.env.attribution)
+      device-to-host copies, side streams, own launches (drkernel.env.measure.attribution)
     verdict (one place), feedback; close: the process is killed and discarded
 
 The candidate never sees a seed before the request that uses it, never holds a reference output or
@@ -54,26 +54,26 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
-from drkernel.env import gpu_clock
-from drkernel.env import reference as reference_timing
-from drkernel.env.attribution import CallWindow, ForgedRecords, coverage_of, cut_windows, own_outside_windows, top_kernels
-from drkernel.env.compare import CONDITION_ULPS, Comparison, compare_outputs, reference_rms
+from drkernel.env.measure import gpu_clock
+from drkernel.env.measure import reference_timing
+from drkernel.env.measure.attribution import CallWindow, ForgedRecords, coverage_of, cut_windows, own_outside_windows, top_kernels
+from drkernel.env.judge.compare import CONDITION_ULPS, Comparison, compare_outputs, reference_rms
 from drkernel.env.config import EvalConfig
-from drkernel.env.feedback import build_feedback
-from drkernel.env.gate import DeviceGate, Lease
-from drkernel.env.precision import judge, near_miss
-from drkernel.env.precision import policy as precision_policy
-from drkernel.env.prepared import PreparedTask, ReferenceOutput, TrialKey
-from drkernel.env.profiling import UNBOUNDED
+from drkernel.env.judge.feedback import build_feedback
+from drkernel.env.measure.gate import DeviceGate, Lease
+from drkernel.env.judge.precision import judge, near_miss
+from drkernel.env.judge.precision import policy as precision_policy
+from drkernel.env.tasks.prepared import PreparedTask, ReferenceOutput, TrialKey
+from drkernel.env.measure.profiling import UNBOUNDED
 from drkernel.env.protocol import EventsRequest, LoadRequest, Reply, RunRequest, TimeRequest
 from drkernel.env.result import EnvironmentFailure, EvalError, EvalResult, Stage
-from drkernel.env.spot import sample_index, sample_size
-from drkernel.env.staging import reserve_bytes
-from drkernel.env.timing import WORKER_PHASES
-from drkernel.env.sandbox import CandidateFailure, CandidateProcess
-from drkernel.env.static_checks import check_source
-from drkernel.env.task import SCALE_ENDS, Task, TaskError, trial_seeds
-from drkernel.env.tensor_io import TensorIOError, read_tensor
+from drkernel.env.measure.spot import sample_index, sample_size
+from drkernel.env.process.staging import reserve_bytes
+from drkernel.env.measure.timing import WORKER_PHASES
+from drkernel.env.process.sandbox import CandidateFailure, CandidateProcess
+from drkernel.env.guards.static_checks import check_source
+from drkernel.env.tasks.task import SCALE_ENDS, Task, TaskError, trial_seeds
+from drkernel.env.process.tensor_io import TensorIOError, read_tensor
 
 GRAD_MODES = ("no_grad", "enable_grad", "inference_mode")
 
@@ -308,7 +308,7 @@ class Evaluation:
     ``acquire(device, timeout_s)`` supplies worker processes (warm spares, or fresh ones: one for
     the candidate, and one for the reference when its timing is not cached); ``release(proc)``
     disposes of one when done (default ``proc.close()``; a grader's pool kills it at once and
-    reaps it in the background, :meth:`~drkernel.env.sandbox.WarmPool.discard`); ``gate`` is the
+    reaps it in the background, :meth:`~drkernel.env.process.sandbox.WarmPool.discard`); ``gate`` is the
     device's :class:`DeviceGate` (default: the process-wide one of the device; None on CPU): timing
     holds it exclusively, other GPU work shares it; ``cancel`` ends the evaluation from another
     thread (EvaluationCancelled).
@@ -469,7 +469,7 @@ class Evaluation:
         self._check_cancel()
 
     def _stage_bytes(self) -> int:
-        """The output stage this evaluation reads (:func:`drkernel.env.staging.reserve_bytes`): one
+        """The output stage this evaluation reads (:func:`drkernel.env.process.staging.reserve_bytes`): one
         correctness output, or the kept outputs of the timing request (whole or sampled)."""
         out = self.refs[("trial", 0)].out
         cfg = self.config
@@ -486,10 +486,10 @@ class Evaluation:
         """The launch budget's hold probed by this process in the GPU gate's exclusive section (no
         other evaluation's kernel time-slices the probe), once per device while it passes; compiled
         and sized before, in the shared section (Triton's compiler must not hold the GPU alone).
-        Called outside any gate section. See :func:`drkernel.env.budget.device_verdict`."""
+        Called outside any gate section. See :func:`drkernel.env.measure.budget.device_verdict`."""
         if not self.cuda or self.config.launch_budget_ms <= 0:
             return None
-        from drkernel.env import budget
+        from drkernel.env.measure import budget
 
         known, verdict = budget.known_verdict(self.device)
         if known:
@@ -537,14 +537,14 @@ class Evaluation:
 
     def _start_compiler(self, candidate_file: Any) -> None:
         """On a GPU: fork the compiler for this worker's directory from its zygote
-        (:mod:`drkernel.env.precompile`), to run beside the references and the load (it never has
+        (:mod:`drkernel.env.process.precompile`), to run beside the references and the load (it never has
         a GPU: the references are still computed before any candidate code can reach one). None
         when off, or for a worker started by exec; a zygote that cannot fork one only means the
         first call compiles."""
         self._compiler = None
         if not self.cuda or self.config.precompile_timeout_s <= 0:
             return
-        from drkernel.env.precompile import cuda_target, job
+        from drkernel.env.process.precompile import cuda_target, job
 
         task = self.prepared.task
         t0 = time.monotonic()
@@ -563,7 +563,7 @@ class Evaluation:
             self.result.details["precompile"] = {"finished": False, "complete": False, "reason": reason}
 
     def _precompile(self) -> None:
-        """On a GPU: wait for the compiler (:mod:`drkernel.env.precompile`) outside the GPU gate,
+        """On a GPU: wait for the compiler (:mod:`drkernel.env.process.precompile`) outside the GPU gate,
         while the worker is idle with its device synchronised, then kill its process group. The
         first call then loads the kernels instead of compiling them in the gate's shared side.
         Diagnostics only, never a verdict."""
@@ -754,7 +754,7 @@ class Evaluation:
         r.kernel_ms = statistics.median(cand)
         r.reference_ms = ref.median_ms
         r.speedup = r.reference_ms / r.kernel_ms if r.kernel_ms > 0 else None
-        from drkernel.env.timing import summarize
+        from drkernel.env.measure.timing import summarize
 
         r.details["timing"] = {
             "candidate_ms": summarize(cand), "reference": ref.describe(), "host_ms": summarize(list(t.host_ms[cfg.warmup:])),
@@ -797,7 +797,7 @@ class Evaluation:
 
     def _attribute(self, events: Any) -> None:
         """Coverage, own launches, host transfers and side streams of every call (see
-        :mod:`drkernel.env.attribution`); work outside own kernels below ``min_coverage`` is a verdict."""
+        :mod:`drkernel.env.measure.attribution`); work outside own kernels below ``min_coverage`` is a verdict."""
         r, cfg = self.result, self.config
         if self.cuda:
             windows = self._windows  # (with a timing, its records' findings were made then: _timing)
@@ -952,7 +952,7 @@ class Evaluation:
         return False, out, message
 
     def _compare_spot(self, got: torch.Tensor, shape: Any, spot: ReferenceOutput, plan: tuple[int, int]) -> Comparison:
-        """A checked timed output: whole, or the elements at the plan's indices (drkernel.env.spot)
+        """A checked timed output: whole, or the elements at the plan's indices (drkernel.env.measure.spot)
         against the same elements of the reference, within the whole output's tolerance."""
         ref = spot.out
         if plan[1] <= 0 or ref.numel() <= 0:  # sent back whole (sample_index gives no indices)
@@ -967,7 +967,7 @@ class Evaluation:
         it) falls back to the CPU. ``ref``: a reference output, judged by the evaluation's precision
         policy (:meth:`_judge`), or a plain tensor (the determinism re-run against the first
         output: the scale-aware tolerance). ``sample``: ``(seed, size)`` of a checked timed output
-        sent back as a sample (drkernel.env.spot): its elements of the reference, the oracle and the
+        sent back as a sample (drkernel.env.measure.spot): its elements of the reference, the oracle and the
         sensitivity, within the whole output's scale. Any other failure here is the grader's
         (EnvironmentFailure)."""
         try:
@@ -982,7 +982,7 @@ class Evaluation:
     def _judge(self, out: torch.Tensor, ref: ReferenceOutput | torch.Tensor, sample: tuple[int, int] | None,
                cpu: bool) -> Comparison:
         """One comparison (:meth:`_compare`): integer outputs exactly; float outputs by the policy:
-        ``oracle`` (:func:`drkernel.env.precision.judge`, with the oracle's sensitivity added where
+        ``oracle`` (:func:`drkernel.env.judge.precision.judge`, with the oracle's sensitivity added where
         the element test alone failed), ``allclose`` or ``rms`` (the scale-aware tolerance, with the
         conditioning allowance), which also stands in where the reference has no float64 oracle."""
         spot = ref if isinstance(ref, ReferenceOutput) else None

@@ -9,13 +9,13 @@ are interchangeable::
     result = await grader.agrade(task, source, seed=0)         # from an event loop; never blocks it
     grader.close()                                             # or: with LocalGrader(...) as grader
 
-* ``task`` is a :class:`~drkernel.env.task.Task` (build one with ``Task.from_file`` or
+* ``task`` is a :class:`~drkernel.env.tasks.task.Task` (build one with ``Task.from_file`` or
   ``Task.from_source``); ``source`` is always candidate *source text* (model output), never a path.
 * ``options`` overrides :class:`~drkernel.env.config.EvalConfig` fields for this one evaluation
   (e.g. ``{"measure_performance": False}``); it must be JSON-serialisable, because remote graders
   send it over the wire.
 * A bad kernel is an :class:`~drkernel.env.result.EvalResult`; an unusable task raises
-  :class:`~drkernel.env.task.TaskError`; a broken grader raises
+  :class:`~drkernel.env.tasks.task.TaskError`; a broken grader raises
   :class:`~drkernel.env.result.EnvironmentFailure` (callers retry or surface it, never reward it).
 * ``capacity`` is how many evaluations the grader usefully runs at once; callers bound their
   concurrency by it.
@@ -32,7 +32,7 @@ from typing import Any, Iterator, Mapping, Protocol, runtime_checkable
 
 from drkernel.env.config import EvalConfig
 from drkernel.env.result import EvalResult
-from drkernel.env.task import Task
+from drkernel.env.tasks.task import Task
 
 Options = Mapping[str, Any]
 
@@ -180,8 +180,8 @@ class LocalGrader(GraderBase):
                  devices: list[str] | None = None, spares: int | None = None, per_gpu: int = 6,
                  warm: bool = True, cache_tasks: int = 8, ref_cache_bytes: int = 1 << 30):
         from drkernel.env.evaluation import resolve_device
-        from drkernel.env.prepared import PreparedCache
-        from drkernel.env.sandbox import WarmPool
+        from drkernel.env.tasks.prepared import PreparedCache
+        from drkernel.env.process.sandbox import WarmPool
 
         self.config = (config or EvalConfig()).validate()
         if devices is None:

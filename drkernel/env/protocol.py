@@ -23,7 +23,7 @@ Sequence for one worker (each request answered before the next is sent)::
 
 Inputs are drawn in the worker from a hidden seed sent in the request that uses them (the grader
 draws the same inputs with the same code, :meth:`LoadedTask.draw_inputs`), so no input tensor
-crosses the boundary; only outputs come back, as raw files (:mod:`drkernel.env.tensor_io`).
+crosses the boundary; only outputs come back, as raw files (:mod:`drkernel.env.process.tensor_io`).
 ``findings`` are ``[hack id, detail]`` pairs: what the worker's audit saw since its last reply.
 
 **The channel is shared with the candidate's code** (it runs in the worker's process and can reach
@@ -74,7 +74,7 @@ class LoadRequest:
     """Bytes of the output stage the grader reserved for this candidate's outputs (0: files only)."""
     launch_budget_verdict: dict[str, Any] | None = None
     """The grader's probe of the launch budget's hold on this device, made while it held the GPU
-    exclusively (:func:`drkernel.env.budget.device_verdict`): ``verified``, ``blocks``,
+    exclusively (:func:`drkernel.env.measure.budget.device_verdict`): ``verified``, ``blocks``,
     ``regs_per_thread``, ``probe_gap_ms``, ``reason``. A worker whose hold has the same shape takes
     it instead of probing beside other evaluations' kernels; None: the worker probes."""
     part: str = "all"
@@ -203,7 +203,7 @@ class RunReply:
     """Launches of the candidate's kernels in the call (CPU interpreter; on a GPU the device records decide)."""
     call_s: float = 0.0
     foreign: float = 0.0
-    """CPU: byte equivalents of torch work outside the candidate's kernels (drkernel.env.profiling)."""
+    """CPU: byte equivalents of torch work outside the candidate's kernels (drkernel.env.measure.profiling)."""
     not_tensor: str | None = None
     lazy: str | None = None
     aliases_input: bool = False
@@ -218,7 +218,7 @@ class RunReply:
     """The worker's own timers of the call's parts (diagnostics; the candidate could forge them)."""
     interpreter: list[str] = field(default_factory=list)
     """CPU interpreter: what it decided in this call that a GPU decides otherwise (an autotuned
-    kernel's config, :mod:`drkernel.env.interpreter`); diagnostics."""
+    kernel's config, :mod:`drkernel.env.process.interpreter`); diagnostics."""
 
 
 @dataclass

@@ -56,13 +56,13 @@ class EvalResult:
     hacked: bool = False
     """At least one hack check fired; ``hack_reasons`` says which."""
     hack_reasons: list[str] = field(default_factory=list)
-    """Short ids of the checks that fired (see ``drkernel.env.static_checks`` and ``docs/hacks.md``)."""
+    """Short ids of the checks that fired (see ``drkernel.env.guards.static_checks`` and ``docs/hacks.md``)."""
     speedup: float | None = None
     """``reference_ms / kernel_ms`` (medians), when both were timed."""
     coverage: float | None = None
     """Share of the candidate's forward device time spent in its own Triton kernels, in [0, 1].
     On the CPU interpreter: 1.0 when the forward runs no torch compute outside its own kernels, else
-    None (``details["profile"]["reason"]`` says why); see :mod:`drkernel.env.profiling`."""
+    None (``details["profile"]["reason"]`` says why); see :mod:`drkernel.env.measure.profiling`."""
     kernel_ms: float | None = None
     """Median time of one candidate forward, in milliseconds."""
     reference_ms: float | None = None

@@ -14,7 +14,7 @@ one :class:`~drkernel.env.grader.Grader` and returns their results in order:
   the first. TRL calls each reward function on the same completions, so the components of one
   step (correct, speedup, coverage, hack) cost one grading per completion, not four.
 * **Failures** are never rewards: an :class:`~drkernel.env.result.EnvironmentFailure` or a
-  :class:`~drkernel.env.task.TaskError` raised by one grading is raised by ``grade_many`` (after
+  :class:`~drkernel.env.tasks.task.TaskError` raised by one grading is raised by ``grade_many`` (after
   the others finished), and is not remembered.
 """
 
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from drkernel.env.result import EvalResult
-    from drkernel.env.task import Task
+    from drkernel.env.tasks.task import Task
 
 
 @dataclass(frozen=True)

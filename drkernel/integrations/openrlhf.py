@@ -37,7 +37,7 @@ def build_rows(suite: Any, *, tasks: str | None = None, conversational: bool = T
     is the agent's first prompt (messages, or its text with ``conversational=False``); ``label``
     is :func:`encode_label` of the task (``seed``: the hidden seed of every grading; None: random)."""
     from drkernel.agent.prompts import render_prompt
-    from drkernel.env.suite import Suite, load_suite
+    from drkernel.env.tasks.suite import Suite, load_suite
 
     if not isinstance(suite, Suite):
         suite = load_suite(suite)

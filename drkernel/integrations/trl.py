@@ -166,7 +166,7 @@ class KernelReward:
         key = (task_code, entry_point, name)
         task = self._tasks.get(key)
         if task is None:
-            from drkernel.env.task import Task
+            from drkernel.env.tasks.task import Task
 
             task = self._tasks[key] = Task.from_source(task_code, name=name, entry_point=entry_point)
         return task
@@ -263,12 +263,12 @@ def verdict(result: "EvalResult | None") -> str:
 
 def build_rows(suite: Any, *, tasks: str | None = None, conversational: bool = True, template: str | None = None,
                system_prompt: str | None = None, repeat: int = 1) -> list[dict[str, Any]]:
-    """One row per task of ``suite`` (a path or a loaded :class:`~drkernel.env.suite.Suite`):
+    """One row per task of ``suite`` (a path or a loaded :class:`~drkernel.env.tasks.suite.Suite`):
     ``prompt`` (the agent's first prompt: ``[{"role": "user", ...}]``, with ``system_prompt`` first,
     or its text when ``conversational=False``) plus :data:`COLUMNS`, ``task_id`` and ``suite``.
     ``tasks``: the suite's id patterns (``Suite.select``); ``repeat``: each row that many times."""
     from drkernel.agent.prompts import render_prompt
-    from drkernel.env.suite import Suite, load_suite
+    from drkernel.env.tasks.suite import Suite, load_suite
 
     if not isinstance(suite, Suite):
         suite = load_suite(suite)

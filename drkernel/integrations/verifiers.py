@@ -84,7 +84,7 @@ class KernelTaskset(vf.Taskset[KernelTask, KernelTasksetConfig]):
 
     def load(self) -> list[KernelTask]:
         from drkernel.agent.prompts import render_prompt
-        from drkernel.env.suite import load_suite
+        from drkernel.env.tasks.suite import load_suite
 
         suite = load_suite(self.config.suite)
         template = self.config.template or suite.prompt_template
@@ -182,7 +182,7 @@ class KernelEnv(vf.Env[KernelEnvConfig]):
             urls = [u.strip() for u in self.config.grader_url.split(",") if u.strip()]
             return RemoteGrader(urls, token=os.environ.get(self.config.grader_token_var) or None)
         from drkernel.env import LocalGrader
-        from drkernel.env.suite import load_suite
+        from drkernel.env.tasks.suite import load_suite
 
         config = load_suite(self.taskset.config.suite).eval_config(self.config.device)
         return LocalGrader(config, capacity=self.config.capacity or None)
@@ -201,7 +201,7 @@ class KernelEnv(vf.Env[KernelEnvConfig]):
 
     async def run(self, task: KernelTask, agents: Any) -> None:
         from drkernel.agent.episode import run_episode
-        from drkernel.env.task import Task
+        from drkernel.env.tasks.task import Task
 
         if self.grader is None:
             raise RuntimeError("KernelEnv has no grader: run episodes inside `async with env.serving():`")
@@ -235,7 +235,7 @@ class KernelEnv(vf.Env[KernelEnvConfig]):
 
 
 def _suite_template(suite: str) -> str:
-    from drkernel.env.suite import load_suite
+    from drkernel.env.tasks.suite import load_suite
 
     return load_suite(suite).prompt_template
 

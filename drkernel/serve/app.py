@@ -51,7 +51,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from drkernel.env.config import EvalConfig
 from drkernel.env.result import EnvironmentFailure, EvalResult
-from drkernel.env.task import Task, TaskError
+from drkernel.env.tasks.task import Task, TaskError
 from drkernel.serve.cache import ResultCache, cache_key, config_dict, grader_version, runtime_identity, \
     transient_reason
 from drkernel.serve.codec import decode_result, encode_result

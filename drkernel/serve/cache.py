@@ -50,7 +50,7 @@ from typing import Any, Sequence
 
 from drkernel.env.grader import GraderBase, Options
 from drkernel.env.result import EvalResult
-from drkernel.env.task import Task
+from drkernel.env.tasks.task import Task
 from drkernel.serve.codec import decode_result, encode_result
 from drkernel.serve.jobs import open_db
 

@@ -36,7 +36,7 @@ from typing import Any, Callable, TypeVar
 from drkernel.env.config import EvalConfig
 from drkernel.env.grader import GraderBase, Options
 from drkernel.env.result import EnvironmentFailure, EvalResult
-from drkernel.env.task import Task, TaskError
+from drkernel.env.tasks.task import Task, TaskError
 
 GraderFactory = Callable[[EvalConfig, int], Any]
 """``factory(config, capacity) -> Grader``, run inside each actor (must be picklable)."""

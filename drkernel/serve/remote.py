@@ -15,7 +15,7 @@ once however often it is resent: ``POST /v1/jobs`` (idempotent by id), then long
   the server's Retry-After; a job lost by its server (404 after a restart on a fresh store) is
   resubmitted. A job that failed as an environment failure is resubmitted ``env_retries`` times
   (the server re-queues it), then :class:`EnvironmentFailure` is raised.
-* **Errors**: 422 (unusable task) raises :class:`~drkernel.env.task.TaskError`; 400/413 (the
+* **Errors**: 422 (unusable task) raises :class:`~drkernel.env.tasks.task.TaskError`; 400/413 (the
   request itself is wrong: unknown option, oversized code) raise ``ValueError``; 401 (wrong or
   missing token) raises :class:`EnvironmentFailure` naming it; no answer within ``timeout_s`` raises
   :class:`EnvironmentFailure`. Never a kernel verdict.
@@ -44,7 +44,7 @@ import httpx
 
 from drkernel.env.grader import GraderBase, Options
 from drkernel.env.result import EnvironmentFailure, EvalResult
-from drkernel.env.task import Task, TaskError
+from drkernel.env.tasks.task import Task, TaskError
 from drkernel.serve import TOKEN_ENV
 from drkernel.serve.codec import decode_result
 

@@ -246,7 +246,7 @@ class KernelAgentLoopOutput(AgentLoopOutput):
 
 def _task_from_row(kwargs: dict[str, Any]):
     """The row of ``drkernel data build`` -> ``drkernel.env.Task`` (reference source in reward_model)."""
-    from drkernel.env.task import Task
+    from drkernel.env.tasks.task import Task
 
     reward_model = kwargs.get("reward_model") or {}
     extra = kwargs.get("extra_info") or {}

@@ -17,7 +17,7 @@ import asyncio
 import re
 from typing import Any
 
-from drkernel.env.feedback import build_feedback
+from drkernel.env.judge.feedback import build_feedback
 from drkernel.env.result import EvalError, EvalResult
 
 

@@ -11,7 +11,7 @@ from drkernel.agent.extract import locate_code, token_code_mask
 from drkernel.agent.feedback import cap_text, no_code_text
 from drkernel.agent.types import Generation, Trajectory
 from drkernel.env.result import EnvironmentFailure
-from drkernel.env.task import Task
+from drkernel.env.tasks.task import Task
 from tests.agent.marker_scorer import MarkerScorer, kernel
 from tests.agent.scripted_server import fenced
 

@@ -11,7 +11,7 @@ from drkernel.agent.episode import EpisodeConfig
 from drkernel.agent.openai_backend import GenerationError, OpenAIGenerate
 from drkernel.agent.scaling import RunDir, ScalingConfig, format_table, refine, select_turns
 from drkernel.agent.sft import export_sft, sft_records
-from drkernel.env.task import Task
+from drkernel.env.tasks.task import Task
 from tests.agent.marker_scorer import MarkerScorer, kernel
 from tests.agent.scripted_server import ScriptedServer, fenced, kernel_policy
 

@@ -1,4 +1,4 @@
-"""Tests for drkernel/env/suite.py: loading a suite directory, env.yaml validation, task selection."""
+"""Tests for drkernel/env/tasks/suite.py: loading a suite directory, env.yaml validation, task selection."""
 
 import shutil
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from drkernel.env.config import EvalConfig
-from drkernel.env.suite import SuiteError, load_suite
+from drkernel.env.tasks.suite import SuiteError, load_suite
 
 MINI = Path(__file__).parent / "fixtures" / "mini_suite"
 

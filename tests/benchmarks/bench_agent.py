@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a check
 
 from drkernel.agent.episode import EpisodeConfig, run_episodes  # noqa: E402
 from drkernel.agent.types import Generation  # noqa: E402
-from drkernel.env.feedback import build_feedback  # noqa: E402
+from drkernel.env.judge.feedback import build_feedback  # noqa: E402
 from drkernel.env.result import EvalResult  # noqa: E402
-from drkernel.env.task import Task  # noqa: E402
+from drkernel.env.tasks.task import Task  # noqa: E402
 
 TASK_SOURCE = "import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
 KERNEL = '''import torch

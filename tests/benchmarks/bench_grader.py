@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         evaluation_module.GRADER_CACHE_SHARE = args.grader_cache_share
     _count_empty_cache()
     from drkernel.env.grader import LocalGrader
-    from drkernel.env.suite import load_suite
+    from drkernel.env.tasks.suite import load_suite
 
     cuda = args.device.startswith("cuda")
     suite = load_suite(args.suite)
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     def run_fresh(arm: str) -> tuple[float, list]:
-        # the old path: each evaluation exec's its worker (python -m drkernel.env.worker), no zygote
+        # the old path: each evaluation exec's its worker (python -m drkernel.env.process.worker), no zygote
         os.environ["DRKERNEL_WORKER_START"] = "exec"  # nothing else runs in this process meanwhile
         try:
             t0 = time.monotonic()
@@ -229,7 +229,7 @@ def _add_mean(into: dict[str, float], values: dict[str, float], n: int) -> None:
 
 
 def _mean_phases(precompiled: list[dict]) -> dict[str, float]:
-    """Mean of the compilers' own phase timers (drkernel.env.precompile; diagnostics)."""
+    """Mean of the compilers' own phase timers (drkernel.env.process.precompile; diagnostics)."""
     out: dict[str, float] = {}
     for p in precompiled:
         _add_mean(out, p.get("phases_s") or {}, len(precompiled))
@@ -265,12 +265,12 @@ def _occupancy(device: str) -> dict[str, float] | None:
 
 
 def _occupancy_share(before: dict | None, after: dict | None) -> dict[str, float] | None:
-    """The gate's states (:data:`drkernel.env.gate.STATES`) as shares of the interval, and the mean
+    """The gate's states (:data:`drkernel.env.measure.gate.STATES`) as shares of the interval, and the mean
     number of shared holders while shared work ran (``shared`` and ``drain``)."""
     if not before or not after:
         return None
     d = {k: after[k] - before[k] for k in after}
-    from drkernel.env.gate import STATES
+    from drkernel.env.measure.gate import STATES
 
     wall = sum(d[k] for k in STATES)
     busy = d["shared"] + d["drain"]

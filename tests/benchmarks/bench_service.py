@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from drkernel.env.conformance import HONEST, PROBE_TASK  # noqa: E402
 from drkernel.env.result import EnvironmentFailure  # noqa: E402
-from drkernel.env.task import Task  # noqa: E402
+from drkernel.env.tasks.task import Task  # noqa: E402
 from tests.service.echo_grader import digest  # noqa: E402
 
 FAST_OPTIONS = {"measure_performance": False, "profile": False, "trials_per_distribution": 1,

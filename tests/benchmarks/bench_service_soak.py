@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 
 from drkernel.env.conformance import CRASH, HONEST, MEMORY_HOG, PROBE_TASK, WRONG, _KERNEL  # noqa: E402
 from drkernel.env.result import EnvironmentFailure  # noqa: E402
-from drkernel.env.task import Task  # noqa: E402
+from drkernel.env.tasks.task import Task  # noqa: E402
 from tests.service.batch import HANG, INF_OUTPUT, NAN_OUTPUT  # noqa: E402
 
 ADD_TASK = '''
@@ -203,10 +203,10 @@ def _cmdline(pid: int) -> str:
 
 
 def server_processes(server_pid: int) -> tuple[list[int], list[int]]:
-    """``(zygotes, workers)`` of a server: its zygotes are its children running drkernel.env.zygote;
+    """``(zygotes, workers)`` of a server: its zygotes are its children running drkernel.env.process.zygote;
     the candidate workers are the zygotes' children (forked, so same command line)."""
     kids = _children()
-    zygotes = [p for p in kids.get(server_pid, []) if "drkernel.env.zygote" in _cmdline(p)]
+    zygotes = [p for p in kids.get(server_pid, []) if "drkernel.env.process.zygote" in _cmdline(p)]
     workers = [w for z in zygotes for w in kids.get(z, [])]
     return zygotes, workers
 
@@ -334,7 +334,7 @@ def soak(subs: list[dict], args) -> dict:
     metrics_after = scrape(server.url)
     leftovers = descendants(server.proc.pid)
     server.stop()
-    _kill(p for p in leftovers if "drkernel.env.zygote" in _cmdline(p))
+    _kill(p for p in leftovers if "drkernel.env.process.zygote" in _cmdline(p))
 
     db = sqlite3.connect(state / "jobs.sqlite")
     rows = list(db.execute("SELECT id, state, cached, result FROM jobs"))
@@ -411,7 +411,7 @@ def openrlhf_leg(subs: list[dict], quiet_rewards: dict, args) -> dict:
     after_resend = rows()
     leftovers = descendants(server.proc.pid)
     server.stop()
-    _kill(p for p in leftovers if "drkernel.env.zygote" in _cmdline(p))
+    _kill(p for p in leftovers if "drkernel.env.process.zygote" in _cmdline(p))
 
     answer = answers[0]
     want = [quiet_rewards.get(distinct_key(s)) for s in batch]

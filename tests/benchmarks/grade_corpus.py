@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     import drkernel
     from drkernel.env.config import EvalConfig
     from drkernel.env.grader import LocalGrader
-    from drkernel.env.task import Task
+    from drkernel.env.tasks.task import Task
 
     root = Path(args.corpus)
     entries = load_entries(root, args.device)

@@ -7,8 +7,8 @@ import yaml
 
 from drkernel.cli import main
 from drkernel.data.kernelbench import COPYRIGHT, KernelBenchImportError, import_kernelbench
-from drkernel.env.suite import load_suite
-from drkernel.env.task import Task
+from drkernel.env.tasks.suite import load_suite
+from drkernel.env.tasks.task import Task
 
 TASK = '''import torch
 import torch.nn as nn

@@ -1,4 +1,4 @@
-"""NumPy's array interfaces turned off in the worker (drkernel.env.array_interfaces): an object that
+"""NumPy's array interfaces turned off in the worker (drkernel.env.guards.array_interfaces): an object that
 exposes a raw address is no longer a view of that memory; NumPy, torch's conversions and what
 Triton's interpreter uses keep working. In a subprocess (the change is process-wide)."""
 
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNNER = textwrap.dedent('''
     import ctypes, json
     import numpy as np, torch
-    from drkernel.env.array_interfaces import disable_array_interfaces
+    from drkernel.env.guards.array_interfaces import disable_array_interfaces
 
     secret = bytearray(b"\\x07" * 16)
     address = ctypes.addressof((ctypes.c_char * 16).from_buffer(secret))

@@ -1,9 +1,9 @@
-"""The grader's reading of device records (drkernel.env.attribution): windows between fences,
+"""The grader's reading of device records (drkernel.env.measure.attribution): windows between fences,
 time, own share, side streams, host copies, and forged records. Numbers worked by hand."""
 
 import pytest
 
-from drkernel.env.attribution import FENCE_BEGIN, FENCE_END, ForgedRecords, coverage_of, cut_windows, top_kernels
+from drkernel.env.measure.attribution import FENCE_BEGIN, FENCE_END, ForgedRecords, coverage_of, cut_windows, top_kernels
 
 S = "__dk1a2b"  # the candidate's kernel suffix
 MAIN, SIDE = 7, 13
@@ -107,7 +107,7 @@ def test_own_kernels_between_the_calls_are_work_outside_the_call():
     """The harness runs none of the candidate's kernels between calls: an own kernel after the end
     fence (work deferred past forward, e.g. by a hook the harness's next step triggers) is counted;
     the same kernel inside the window, or at load before the first call, is not."""
-    from drkernel.env.attribution import own_outside_windows
+    from drkernel.env.measure.attribution import own_outside_windows
 
     honest = call(0, [(f"k{S}", 0, 10_000, MAIN)]) + call(2_000_000, [(f"k{S}", 0, 10_000, MAIN)])
     at_load = [[f"init{S}", -500_000, 7_000, MAIN]]

@@ -1,4 +1,4 @@
-"""The worker's audit (drkernel.env.audit) and confinement (drkernel.env.confine), each in a
+"""The worker's audit (drkernel.env.guards.audit) and confinement (drkernel.env.process.confine), each in a
 subprocess of its own: audit hooks cannot be removed and Landlock cannot be lifted, so they must
 never be installed in the test process."""
 
@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNNER = textwrap.dedent('''
     import json, sys
     import torch
-    from drkernel.env.audit import Auditor, StateGuard
-    from drkernel.env.worker import import_file  # trusted code imports the candidate, as in the worker
+    from drkernel.env.guards.audit import Auditor, StateGuard
+    from drkernel.env.process.worker import import_file  # trusted code imports the candidate, as in the worker
     a = Auditor(); a.install(torch)
     guard = StateGuard(torch); guard.snapshot()
     a.enforcing = True
@@ -120,7 +120,7 @@ def test_operations_the_candidate_makes_are_refused_and_recorded(tmp_path):
 
 
 def test_the_ledger_only_grows():
-    from drkernel.env.audit import sealed_ledger
+    from drkernel.env.guards.audit import sealed_ledger
 
     send = sealed_ledger()
     send(("add", ("a", "1")))
@@ -164,7 +164,7 @@ def test_a_quiet_candidate_changes_nothing(tmp_path):
 CONFINE = textwrap.dedent('''
     import json, os, socket, sys
     import torch
-    from drkernel.env.confine import confine, landlock_abi, private_environment
+    from drkernel.env.process.confine import confine, landlock_abi, private_environment
     wd = sys.argv[2]
     os.makedirs(wd, exist_ok=True)
     os.environ.update(private_environment(wd))
@@ -189,7 +189,7 @@ CONFINE = textwrap.dedent('''
 
 @pytest.mark.skipif(sys.platform != "linux", reason="Landlock is Linux-only")
 def test_confinement_keeps_writes_in_the_work_directory(tmp_path):
-    from drkernel.env.confine import landlock_abi
+    from drkernel.env.process.confine import landlock_abi
 
     if landlock_abi() < 1:
         pytest.skip("this kernel has no Landlock")
@@ -221,7 +221,7 @@ def test_the_per_call_fingerprint_raises_no_audit_event_and_compares_by_identity
     res = _run(textwrap.dedent('''
         import json, sys
         import torch
-        from drkernel.env.audit import Auditor, StateGuard
+        from drkernel.env.guards.audit import Auditor, StateGuard
         a = Auditor(); a.install(torch)
         guard = StateGuard(torch); guard.snapshot()
         events = []
@@ -285,7 +285,7 @@ def test_the_fingerprint_check_runs_none_of_the_candidates_code():
     code = textwrap.dedent('''
         import gc, json, sys
         import torch
-        from drkernel.env.audit import StateGuard
+        from drkernel.env.guards.audit import StateGuard
         guard = StateGuard(torch); guard.snapshot()
         ran = []
         class Flags:

@@ -1,4 +1,4 @@
-"""The timing's launch budget (drkernel/env/budget.py): sizing, compilation and the verify decision.
+"""The timing's launch budget (drkernel/env/measure/budget.py): sizing, compilation and the verify decision.
 
 The hold itself only runs on CUDA (tests/gpu/test_gpu_grader.py runs it on an H100); here its
 sizing arithmetic, its Triton source (compiled to PTX for sm_90 without a GPU) and the decision
@@ -15,8 +15,8 @@ from types import SimpleNamespace
 
 import triton
 
-from drkernel.env import budget as B
-from drkernel.env.budget import THREADS_PER_BLOCK, LaunchBudget, blocks_to_fill, fit_problem
+from drkernel.env.measure import budget as B
+from drkernel.env.measure.budget import THREADS_PER_BLOCK, LaunchBudget, blocks_to_fill, fit_problem
 
 
 def test_the_hold_is_sized_to_take_every_thread_slot_and_refuses_a_shape_that_cannot_fit():
@@ -39,7 +39,7 @@ def test_the_hold_kernel_compiles_for_a_hopper_gpu_without_one():
         "import json, triton\n"
         "from triton.backends.compiler import GPUTarget\n"
         "from triton.compiler import ASTSource\n"
-        "from drkernel.env import budget as b\n"
+        "from drkernel.env.measure import budget as b\n"
         "src = ASTSource(fn=b._hold_kernel, signature={'start_ptr': '*i64', 'ns': 'i64'}, constexprs={})\n"
         "k = triton.compile(src, target=GPUTarget('cuda', 90, 32), options={'num_warps': b.THREADS_PER_BLOCK // 32})\n"
         "p = triton.compile(ASTSource(fn=b._stamp_kernel, signature={'out_ptr': '*i64'}, constexprs={}),\n"
@@ -97,7 +97,7 @@ def test_the_effective_clock_is_cycles_over_nanoseconds_of_the_holds_since_the_r
     a reset clears the sums, not the start word; no hold since the reset gives None."""
     import torch
 
-    from drkernel.env.timing import _budget_report
+    from drkernel.env.measure.timing import _budget_report
 
     b = LaunchBudget(blocks=264, verified=True, start=torch.tensor([123, 3_960_000, 2_000_000]))
     assert b.clock_mhz() == 1980.0

@@ -1,8 +1,8 @@
-"""The output as it was when the call's window closed (drkernel.env.capture)."""
+"""The output as it was when the call's window closed (drkernel.env.measure.capture)."""
 
 import torch
 
-from drkernel.env.capture import make_capture
+from drkernel.env.measure.capture import make_capture
 
 
 def test_the_copy_is_the_output_at_the_window_s_close():

@@ -2,7 +2,7 @@
 
 import torch
 
-from drkernel.env.compare import aliases, compare_outputs, lazy_output_reason
+from drkernel.env.judge.compare import aliases, compare_outputs, lazy_output_reason
 
 ATOL = RTOL = 1e-4
 
@@ -81,7 +81,7 @@ def test_aliasing_and_lazy_output():
 def _one_pass(out, ref, atol, rtol, allowance=None, scale=None):
     """The comparison as it was before it went in chunks (commit 47308c3: the whole output widened
     at once), kept here as the oracle of the chunked one: the same verdict and statistics."""
-    from drkernel.env.compare import Comparison
+    from drkernel.env.judge.compare import Comparison
 
     if out.shape != ref.shape or out.dtype != ref.dtype:
         return Comparison(False, "shape or dtype")
@@ -124,7 +124,7 @@ def test_the_comparison_in_chunks_agrees_with_the_one_pass_comparison(monkeypatc
     """Bounded memory (compare.CHUNK elements per pass) changes no verdict or statistic: random
     outputs of several dtypes and layouts, with NaN/Inf on either side, wrong elements, a given
     scale and a per-element allowance, against the one-pass comparison above (CHUNK of 1 to 64)."""
-    import drkernel.env.compare as compare
+    import drkernel.env.judge.compare as compare
 
     g = torch.Generator().manual_seed(11)
     dtypes = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.complex64, torch.int32]
@@ -163,7 +163,7 @@ def test_the_comparison_in_chunks_agrees_with_the_one_pass_comparison(monkeypatc
 
 
 def test_a_chunked_failure_names_the_worst_element_wherever_it_is(monkeypatch):
-    import drkernel.env.compare as compare
+    import drkernel.env.judge.compare as compare
 
     g = torch.Generator().manual_seed(7)
     ref = torch.randn(37, 29, generator=g)
@@ -178,11 +178,11 @@ def test_a_chunked_failure_names_the_worst_element_wherever_it_is(monkeypatch):
 
 def _fused_cases() -> int:
     """Run in a process with ``TRITON_INTERPRET=1`` (Triton's interpreter: the kernels on the CPU):
-    the same random cases through :mod:`drkernel.env.compare_kernels` (blocks of 16 elements, so
+    the same random cases through :mod:`drkernel.env.judge.compare_kernels` (blocks of 16 elements, so
     outputs span several) must give the torch path's verdict and statistics, counts and maxima
     exactly (the scale's sum runs in another order: last bits)."""
-    import drkernel.env.compare as compare
-    import drkernel.env.compare_kernels as kernels
+    import drkernel.env.judge.compare as compare
+    import drkernel.env.judge.compare_kernels as kernels
 
     kernels.applies = lambda *ts: all(str(t.dtype).removeprefix("torch.") in kernels.DTYPES for t in ts)
     kernels.BLOCK = 16
@@ -229,7 +229,7 @@ def _fused_cases() -> int:
 
 
 def test_the_fused_kernels_agree_with_the_torch_comparison():
-    """GPU outputs are compared by two Triton kernels (drkernel.env.compare_kernels); here through
+    """GPU outputs are compared by two Triton kernels (drkernel.env.judge.compare_kernels); here through
     Triton's interpreter, in a process of its own (TRITON_INTERPRET must be set before Triton is
     imported): verdicts, messages and statistics equal the torch path's on 120 random cases."""
     import os

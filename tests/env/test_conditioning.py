@@ -5,19 +5,19 @@ Found on an H100 (2026-11-26): the bundled ``fused_ops/03_linear_scale_residual_
 (``tf32x3`` products, fp32-accurate) failed a ``scaled`` trial (inputs x ~100): the clamp saturates
 most of the output, so ``rms(ref)`` stays ~2 while the unclamped elements are differences of terms
 ~100x larger. The tolerance now adds ``CONDITION_ULPS`` times the reference's own sensitivity to a
-one-ulp perturbation of its inputs (:mod:`drkernel.env.compare`).
+one-ulp perturbation of its inputs (:mod:`drkernel.env.judge.compare`).
 """
 from __future__ import annotations
 
 import pytest
 import torch
 
-from drkernel.env.compare import CONDITION_ULPS, compare_outputs
+from drkernel.env.judge.compare import CONDITION_ULPS, compare_outputs
 from drkernel.env.config import EvalConfig
 from drkernel.env.conformance import FAST_OPTIONS
 from drkernel.env.evaluation import evaluate
-from drkernel.env.prepared import PreparedTask, TrialKey
-from drkernel.env.task import Task
+from drkernel.env.tasks.prepared import PreparedTask, TrialKey
+from drkernel.env.tasks.task import Task
 
 # y = clamp(linear(x) * 2 + r, -2, 2) with inputs ~3000: most elements saturate, the rest cancel terms
 # of size ~1e4 (the shape of fused_ops/03 under a `scaled` trial, small enough for the interpreter).

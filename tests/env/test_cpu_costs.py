@@ -1,14 +1,14 @@
 """The CPU interpreter's cost model for torch work outside the candidate's kernels, worked by hand.
 
 On the CPU, coverage is ``1 - cost(candidate's torch ops) / cost(reference's ops)`` with each
-operator costed in byte equivalents (drkernel.env.profiling): bytes of its tensors, and for matrix
+operator costed in byte equivalents (drkernel.env.measure.profiling): bytes of its tensors, and for matrix
 products and convolutions one byte per FLOP when that is larger.
 """
 from __future__ import annotations
 
 import torch
 
-from drkernel.env.profiling import op_cost
+from drkernel.env.measure.profiling import op_cost
 
 
 def test_elementwise_ops_cost_their_bytes():
@@ -44,7 +44,7 @@ def test_a_tiny_product_costs_its_bytes():
 
 
 def test_an_operator_whose_work_the_bytes_do_not_bound_fails_closed_for_the_candidate():
-    from drkernel.env.profiling import UNBOUNDED
+    from drkernel.env.measure.profiling import UNBOUNDED
 
     x1, x2, w = torch.randn(6, 5), torch.randn(6, 1), torch.randn(4, 5, 1)
     out = torch.nn.functional.bilinear(x1, x2, w)

@@ -1,4 +1,4 @@
-"""The candidate's finalisers run only inside a call's window (drkernel.env.worker.Harness._release).
+"""The candidate's finalisers run only inside a call's window (drkernel.env.process.worker.Harness._release).
 
 A finaliser (``__del__``, a weakref callback, an object hung on an input or output tensor) runs when
 its object is freed. If that happened after the call's window closed (at the harness's next
@@ -23,13 +23,13 @@ RUNNER = textwrap.dedent('''
     import gc, json, socket, sys, time, weakref
     import torch
     from drkernel.env.protocol import TimeRequest
-    from drkernel.env.timing import run_calls
-    from drkernel.env.worker import Harness
+    from drkernel.env.measure.timing import run_calls
+    from drkernel.env.process.worker import Harness
 
     a, b = socket.socketpair()
     h = Harness(sys.argv[1], "cpu", a.fileno())
     h._gc_disable()  # as the load does
-    from drkernel.env.capture import make_capture
+    from drkernel.env.measure.capture import make_capture
     h._arm, h._commit, h._captured = make_capture(torch, "cpu")
     h.pool_inputs = lambda seed, distribution="native": [torch.full((4,), float(seed))]
     SLEEP = 0.05
@@ -69,7 +69,7 @@ RUNNER = textwrap.dedent('''
         h.model = model
         fresh()
         res[name] = run_calls(h, req).host_ms
-    import drkernel.env.worker as w
+    import drkernel.env.process.worker as w
     w.KEEP_BYTES["cpu"] = 0  # every call lets go of the inputs of the call before the last
     h.model = TaggedInput()
     fresh()

@@ -14,7 +14,7 @@ import yaml
 
 from drkernel.env.config import EvalConfig, cpu_fast
 from drkernel.env.grader import LocalGrader
-from drkernel.env.task import Task
+from drkernel.env.tasks.task import Task
 
 FIX = Path(__file__).parent / "fixtures"
 MANIFEST = yaml.safe_load((FIX / "manifest.yaml").read_text())

@@ -1,5 +1,5 @@
 """The GPU gate: a timing runs alone; after its downgrade, shared work may run beside the rest of its
-request, and the next timing still waits for it (drkernel.env.gate)."""
+request, and the next timing still waits for it (drkernel.env.measure.gate)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from drkernel.env.gate import DeviceGate
+from drkernel.env.measure.gate import DeviceGate
 
 
 def _logger():
@@ -114,8 +114,8 @@ def test_an_evaluation_downgrades_after_its_last_timed_call_and_leaves_the_gate_
 
     from drkernel.env.config import EvalConfig, cpu_fast
     from drkernel.env.evaluation import Evaluation, as_task
-    from drkernel.env.gate import Lease
-    from drkernel.env.prepared import PreparedTask
+    from drkernel.env.measure.gate import Lease
+    from drkernel.env.tasks.prepared import PreparedTask
 
     fixtures = Path(__file__).parent / "fixtures"
     config = cpu_fast(EvalConfig(device="cpu"))

@@ -1,4 +1,4 @@
-"""The SM-clock diagnostics around a timing (drkernel.env.gpu_clock) read NVML and name the active
+"""The SM-clock diagnostics around a timing (drkernel.env.measure.gpu_clock) read NVML and name the active
 clock-event reasons; without NVML they are absent, not an error."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import types
 
-from drkernel.env import gpu_clock
+from drkernel.env.measure import gpu_clock
 
 
 def test_clock_and_reasons_are_read_through_nvml(monkeypatch):

@@ -18,7 +18,7 @@ from drkernel.env import evaluation
 from drkernel.env.config import EvalConfig
 from drkernel.env.grader import LocalGrader
 from drkernel.env.result import EvalError, EvalResult
-from drkernel.env.task import Task
+from drkernel.env.tasks.task import Task
 
 TASK = Task.from_source('''
 import torch

@@ -13,7 +13,7 @@ import torch
 from drkernel.env.config import EvalConfig, cpu_fast
 from drkernel.env.conformance import FAST_OPTIONS, HONEST, PROBE_TASK, PRINT_INPUTS, WRONG, _KERNEL
 from drkernel.env.evaluation import evaluate
-from drkernel.env.task import Task, TaskError
+from drkernel.env.tasks.task import Task, TaskError
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = EvalConfig(device="cpu").with_overrides(**FAST_OPTIONS)
@@ -59,7 +59,7 @@ def test_grader_side_references_are_done_before_the_candidate_runs(tmp_path):
     the reference raises OOM once the candidate has been built: the grader must not notice."""
     import tempfile
 
-    from drkernel.env.sandbox import workdir_root_default
+    from drkernel.env.process.sandbox import workdir_root_default
 
     name = f"candidate_built_{os.getpid()}_{time.monotonic_ns()}"
     pattern = os.path.join(workdir_root_default() or tempfile.gettempdir(), "drkernel-*", name)
@@ -82,7 +82,7 @@ class ModelNew(nn.Module):
 
 def test_candidate_sees_only_its_gpu(monkeypatch):
     """Defect 3: the candidate's process sees only its assigned GPU (CUDA_VISIBLE_DEVICES narrowed)."""
-    from drkernel.env.sandbox import worker_env
+    from drkernel.env.process.sandbox import worker_env
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert worker_env("cuda:1")["CUDA_VISIBLE_DEVICES"] == "1"
@@ -172,7 +172,7 @@ def test_cancel_kills_the_candidate(tmp_path):
     import glob
     import tempfile
 
-    from drkernel.env.sandbox import workdir_root_default
+    from drkernel.env.process.sandbox import workdir_root_default
 
     name = f"pid_{os.getpid()}_{time.monotonic_ns()}"
     pattern = os.path.join(workdir_root_default() or tempfile.gettempdir(), "drkernel-*", name)
@@ -336,7 +336,7 @@ def test_device_gate_keeps_timing_alone_on_its_gpu():
 def test_warm_pool_hands_each_process_out_once_and_closes_its_spares():
     """Warm processes (issue 8): started ahead, one candidate each, spares killed on close."""
     from drkernel.env.conformance import _alive
-    from drkernel.env.sandbox import WarmPool
+    from drkernel.env.process.sandbox import WarmPool
 
     pool = WarmPool(spares=1)
     pool.prewarm("cpu")

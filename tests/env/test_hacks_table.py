@@ -1,10 +1,10 @@
-"""One table of integrity findings (drkernel.env.hacks): every id the checks can emit is in it, the
+"""One table of integrity findings (drkernel.env.guards.hacks): every id the checks can emit is in it, the
 docs list every id, and the feedback names what was seen."""
 
 import re
 from pathlib import Path
 
-from drkernel.env.hacks import HACKS, feedback_line
+from drkernel.env.guards.hacks import HACKS, feedback_line
 from drkernel.env.result import EvalResult
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -16,11 +16,11 @@ def _emitted_ids() -> set[str]:
     patterns = [r'self\.add\("([a-z_]+)"', r'Finding\("([a-z_]+)"', r'_finding\("([a-z_]+)"', r'_add\("([a-z_]+)"',
                 r'note\("([a-z_]+)"', r'_guarded\([^,]+, "([a-z_]+)"', r'gate\(\("([a-z_]+)"',
                 r'\("(harness_tampered|forbidden_operation|host_compute)", f?"']
-    for path in (ROOT / "drkernel" / "env").glob("*.py"):
+    for path in (ROOT / "drkernel" / "env").rglob("*.py"):
         text = path.read_text()
         for pat in patterns:
             ids.update(re.findall(pat, text))
-    banned = re.search(r"_BANNED_IMPORTS = \{(.*?)\n\}", (ROOT / "drkernel/env/static_checks.py").read_text(), re.S)
+    banned = re.search(r"_BANNED_IMPORTS = \{(.*?)\n\}", (ROOT / "drkernel/env/guards/static_checks.py").read_text(), re.S)
     ids.update(re.findall(r'"([a-z_]+)": \{', banned.group(1)))
     return ids
 
@@ -41,7 +41,7 @@ def test_feedback_names_what_was_seen():
     r = EvalResult(compiled=True, correct=True)
     r.add_hack("timing_module")
     r.details["integrity"] = [{"id": "timing_module", "detail": "line 3: imports time"}]
-    from drkernel.env.feedback import build_feedback
+    from drkernel.env.judge.feedback import build_feedback
 
     text = build_feedback(r)
     assert "Importing time or timeit is not allowed" in text and "line 3: imports time" in text

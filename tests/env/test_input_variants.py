@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from drkernel.env.task import distribution_scale, scalar_scale, transform_inputs
+from drkernel.env.tasks.task import distribution_scale, scalar_scale, transform_inputs
 
 
 def _inputs():

@@ -1,4 +1,4 @@
-"""Triton's interpreter made to compute as a GPU does (drkernel.env.interpreter): conversions, tl.dot,
+"""Triton's interpreter made to compute as a GPU does (drkernel.env.process.interpreter): conversions, tl.dot,
 the autotuner, and what it cannot run. Kernel-level checks run real Triton kernels through the
 interpreter in a process of their own (TRITON_INTERPRET must be set before Triton is imported);
 end-to-end checks grade candidates on the CPU."""
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from drkernel.env import interpreter as I
+from drkernel.env.process import interpreter as I
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,7 +70,7 @@ import numpy as np
 import torch
 import triton
 import triton.language as tl
-from drkernel.env import interpreter as I
+from drkernel.env.process import interpreter as I
 
 read = I.install()
 

@@ -33,7 +33,7 @@ CHECK = textwrap.dedent('''
         return m
     path = sys.argv[1]
     plain = load(path, "plain")  # the same source compiled by anyone else, without the suffix
-    from drkernel.env.launches import install_naming
+    from drkernel.env.measure.launches import install_naming
     install_naming(path, "__dk5f2a91")
     named = load(path, "named")
     from triton.compiler.compiler import ASTSource

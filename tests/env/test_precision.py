@@ -1,4 +1,4 @@
-"""The precision-aware verdict (drkernel.env.precision) and its float64 oracle (drkernel.env.oracle):
+"""The precision-aware verdict (drkernel.env.judge.precision) and its float64 oracle (drkernel.env.tasks.oracle):
 numbers worked by hand, the shortcuts it must refuse and the honest kernels it must accept (as torch
 computations standing in for kernels), discontinuities, non-finite values, the policies, the
 fused kernels against the torch path, and the oracle's float64 forward."""
@@ -10,10 +10,10 @@ import math
 import pytest
 import torch
 
-from drkernel.env import precision
+from drkernel.env.judge import precision
 from drkernel.env.config import EvalConfig
-from drkernel.env.oracle import Float64Mode, OracleUnavailable, evaluate_float64, widen_inputs, widen_model
-from drkernel.env.precision import judge, round_operand, ulp
+from drkernel.env.tasks.oracle import Float64Mode, OracleUnavailable, evaluate_float64, widen_inputs, widen_model
+from drkernel.env.judge.precision import judge, round_operand, ulp
 
 
 def g(seed: int) -> torch.Generator:
@@ -217,11 +217,11 @@ def test_a_reference_that_cannot_run_in_float64_has_no_oracle():
 
 # -- the fused kernels ---------------------------------------------------------------------------------
 def _fused_cases() -> int:
-    """In a process with ``TRITON_INTERPRET=1``: random cases through drkernel.env.precision_kernels
+    """In a process with ``TRITON_INTERPRET=1``: random cases through drkernel.env.judge.precision_kernels
     (blocks of 16) give the torch path's verdict, message, counts and maxima."""
-    from drkernel.env import compare
-    from drkernel.env import compare_kernels
-    from drkernel.env import precision_kernels as kernels
+    from drkernel.env.judge import compare
+    from drkernel.env.judge import compare_kernels
+    from drkernel.env.judge import precision_kernels as kernels
 
     compare_kernels.applies = lambda *ts: all(str(t.dtype).removeprefix("torch.") in compare_kernels.DTYPES for t in ts)
     kernels.BLOCK = 16
@@ -312,9 +312,9 @@ def test_the_sensitivity_is_asked_only_for_near_misses():
 
 
 def test_the_grader_out_of_device_memory_is_an_environment_failure_not_a_task_error(monkeypatch):
-    from drkernel.env.prepared import PreparedTask, TrialKey
+    from drkernel.env.tasks.prepared import PreparedTask, TrialKey
     from drkernel.env.result import EnvironmentFailure
-    from drkernel.env.task import Task
+    from drkernel.env.tasks.task import Task
 
     task = Task.from_source("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
                             "        raise torch.OutOfMemoryError('CUDA out of memory (simulated)')\n"

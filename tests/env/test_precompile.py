@@ -1,4 +1,4 @@
-"""Compiling ahead in a compiler forked from the worker's zygote (drkernel.env.precompile), on this
+"""Compiling ahead in a compiler forked from the worker's zygote (drkernel.env.process.precompile), on this
 CPU machine: Triton compiles for an H100 target without a device, the first launch's cache key is
 the one the compiler filled, and a compiler that hangs, hogs memory or fails changes nothing and is
 killed with its whole process group."""
@@ -83,12 +83,12 @@ SUFFIX = "__dktest01"
 FIRST_CALL = '''
 import json, os, sys
 from triton.backends.compiler import GPUTarget
-from drkernel.env.confine import private_environment
-from drkernel.env.launches import install_naming
-from drkernel.env.precompile import CompileOnlyDriver
-from drkernel.env.worker import import_file
+from drkernel.env.process.confine import private_environment
+from drkernel.env.measure.launches import install_naming
+from drkernel.env.process.precompile import CompileOnlyDriver
+from drkernel.env.process.worker import import_file
 import triton
-from drkernel.env.triton_cache import SHARED_ENV
+from drkernel.env.process.triton_cache import SHARED_ENV
 
 work, suffix = sys.argv[1], sys.argv[2]
 shared = triton.knobs.cache.dir
@@ -113,8 +113,8 @@ print(json.dumps({"new_entries": len(set(os.listdir(env["TRITON_CACHE_DIR"])) - 
 def _confinable() -> bool:
     import platform
 
-    from drkernel.env.confine import landlock_abi
-    from drkernel.env.seccomp import _ABIS
+    from drkernel.env.process.confine import landlock_abi
+    from drkernel.env.process.seccomp import _ABIS
 
     return landlock_abi() > 0 and platform.machine() in _ABIS
 
@@ -129,7 +129,7 @@ def _stop_zygotes():
     yield
     import shutil
 
-    from drkernel.env import zygote
+    from drkernel.env.process import zygote
 
     with zygote._zygotes_lock:
         for key in [k for k in zygote._zygotes if k.startswith("cuda:")]:
@@ -138,7 +138,7 @@ def _stop_zygotes():
 
 
 def _job(work: Path, timeout_s: float) -> dict:
-    from drkernel.env.precompile import job
+    from drkernel.env.process.precompile import job
 
     return job(candidate_file=str(work / "candidate.py"), task_source=TASK, task_name="scale", entry_point="Model",
                task_size="full", init_seed=3, kernel_suffix=SUFFIX, target=["cuda", 90, 32], timeout_s=timeout_s)
@@ -155,9 +155,9 @@ def _compile(behaviour: str = "pass", timeout_s: float = 60.0, during: object = 
     """Fork a compiler from a CUDA worker's zygote (this machine has no GPU: Triton compiles for an
     H100 anyway) for a fresh work directory and wait for it as the grader does; ``during(child)``
     runs while it works."""
-    from drkernel.env.precompile import Compiler
-    from drkernel.env.sandbox import worker_env
-    from drkernel.env.zygote import spawn_compiler
+    from drkernel.env.process.precompile import Compiler
+    from drkernel.env.process.sandbox import worker_env
+    from drkernel.env.process.zygote import spawn_compiler
 
     work = _workdir(behaviour)
     if work_out is not None:
@@ -176,7 +176,7 @@ def _cache(work: Path, suffix: str = "") -> list[str]:
 
 
 def _group_gone(pgid: int) -> bool:
-    from drkernel.env.procfs import _group_pids
+    from drkernel.env.process.procfs import _group_pids
 
     deadline = time.monotonic() + 5
     while _group_pids(pgid) and time.monotonic() < deadline:
@@ -224,7 +224,7 @@ def test_a_compiler_that_hangs_is_killed_with_its_group_at_the_time_limit():
 def test_a_compiler_is_killed_when_it_and_its_worker_pass_the_memory_limit():
     """The worker's memory watcher counts the compiler's group from its start (also while the worker
     loads, before the grader waits for it) and kills the compiler, not the worker."""
-    from drkernel.env.sandbox import CandidateProcess, start_method_default
+    from drkernel.env.process.sandbox import CandidateProcess, start_method_default
 
     if start_method_default() != "zygote":
         pytest.skip("workers start by exec here: no zygote, no compiler")
@@ -244,7 +244,7 @@ def test_a_compiler_is_killed_when_it_and_its_worker_pass_the_memory_limit():
 
 @needs_landlock
 def test_the_compiler_is_confined_in_its_own_group_and_holds_nothing_of_the_graders():
-    from drkernel.env.precompile import PHASES_FILE
+    from drkernel.env.process.precompile import PHASES_FILE
 
     seen: dict = {}
 
@@ -285,7 +285,7 @@ def test_the_compiler_cannot_rewrite_the_file_the_worker_imports():
 def test_the_phases_file_cannot_block_or_mislead_the_grader(tmp_path):
     """The compiler's phase timers come from a path the candidate controls: a FIFO there (an open
     for reading would block forever), a link to another file, or non-numbers give no phases."""
-    from drkernel.env.precompile import PHASES_FILE, Compiler
+    from drkernel.env.process.precompile import PHASES_FILE, Compiler
 
     c = Compiler.__new__(Compiler)
     c.workdir = str(tmp_path)
@@ -322,7 +322,7 @@ def test_a_forward_that_reads_values_compiles_what_it_reached():
 
 
 def test_a_worker_started_by_exec_has_no_compiler():
-    from drkernel.env.sandbox import CandidateProcess
+    from drkernel.env.process.sandbox import CandidateProcess
 
     with CandidateProcess("cpu", start="exec") as proc:
         assert proc.start_compiler({"unused": True}) is None
@@ -343,7 +343,7 @@ def test_the_seccomp_filter_refuses_leaving_the_group_and_new_sockets_in_every_t
     script = (f"LISTENING = {str(tmp_path / 'service.sock')!r}\nDATAGRAMS = {str(tmp_path / 'log.sock')!r}\n"
               + '''
 import os, subprocess, sys, threading, time
-from drkernel.env.seccomp import fix_process_group
+from drkernel.env.process.seccomp import fix_process_group
 alive = threading.Event()
 t = threading.Thread(target=alive.wait); t.start()
 why_not = fix_process_group()

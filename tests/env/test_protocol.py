@@ -7,8 +7,8 @@ import torch
 
 from drkernel.env import protocol as P
 from drkernel.env.conformance import PROBE_TASK
-from drkernel.env.prepared import PreparedCache, TrialKey
-from drkernel.env.task import Task
+from drkernel.env.tasks.prepared import PreparedCache, TrialKey
+from drkernel.env.tasks.task import Task
 
 
 def test_requests_round_trip_with_their_version():
@@ -70,7 +70,7 @@ def test_the_reference_is_built_once_ahead_and_every_model_is_a_copy_of_it(monke
     """prebuild (outside the GPU gate) builds; template moves that build, never runs it; each
     parameter variant is a copy (running one changes neither the template nor the others); forget
     drops the models at the evaluation's end and keeps the outputs."""
-    from drkernel.env.task import LoadedTask, reload_parameters
+    from drkernel.env.tasks.task import LoadedTask, reload_parameters
 
     builds = []
     real_build = LoadedTask.build_model
@@ -116,7 +116,7 @@ def test_evaluations_under_one_seed_build_the_reference_once_whoever_asks_first(
     caller under the same seed waits for that build instead of making its own."""
     import threading
 
-    from drkernel.env.task import LoadedTask
+    from drkernel.env.tasks.task import LoadedTask
 
     p = PreparedCache().get(Task.from_source(LINEAR_TASK, name="linear"), "small", "cpu")
     started, go, builds = threading.Event(), threading.Event(), []
@@ -154,9 +154,9 @@ def test_evaluate_executes_the_task_once(monkeypatch):
     from drkernel.env.evaluation import evaluate
 
     loads, builds = [], []
-    real_load, real_build = Task.load, __import__("drkernel.env.task", fromlist=["LoadedTask"]).LoadedTask.build_model
+    real_load, real_build = Task.load, __import__("drkernel.env.tasks.task", fromlist=["LoadedTask"]).LoadedTask.build_model
     monkeypatch.setattr(Task, "load", lambda self, *a, **k: loads.append(1) or real_load(self, *a, **k))
-    from drkernel.env.task import LoadedTask
+    from drkernel.env.tasks.task import LoadedTask
 
     monkeypatch.setattr(LoadedTask, "build_model", lambda self, *a, **k: builds.append(1) or real_build(self, *a, **k))
     r = evaluate(PROBE_TASK, HONEST, seed=0, config=EvalConfig(device="cpu").with_overrides(**FAST_OPTIONS))

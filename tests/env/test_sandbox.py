@@ -77,7 +77,7 @@ class ModelNew(nn.Module):
         raise ValueError("boom " * 2000)
 ''')
     assert not r.correct and "ValueError" in r.error.message and len(r.error.message) < 2600
-    assert "drkernel/env/worker.py" not in r.error.message
+    assert "drkernel/env/process/worker.py" not in r.error.message
 
 
 @pytest.mark.slow
@@ -94,7 +94,7 @@ class ModelNew(nn.Module):
 
 @pytest.mark.slow
 def test_broken_reference_is_a_task_error_not_a_verdict():
-    from drkernel.env.task import TaskError
+    from drkernel.env.tasks.task import TaskError
 
     broken = PROBE_TASK.replace("return x * 2.0", "raise RuntimeError('reference bug')")
     with pytest.raises(TaskError, match="reference bug"):
@@ -119,7 +119,7 @@ def test_a_candidate_cannot_kill_its_zygote():
     """A forked candidate's parent is the zygote, not the grader. Signalling it is refused (the audit
     refuses os.kill; where the kernel has Landlock scoping, so does the kernel): that candidate is
     flagged and the next candidate passes."""
-    from drkernel.env.sandbox import start_method_default
+    from drkernel.env.process.sandbox import start_method_default
 
     if start_method_default() != "zygote":
         pytest.skip("candidate processes are exec'd here (DRKERNEL_WORKER_START)")
@@ -143,7 +143,7 @@ class ModelNew(nn.Module):
 def test_both_start_methods_give_a_ready_worker_in_its_own_group(method):
     import os
 
-    from drkernel.env.sandbox import CandidateProcess
+    from drkernel.env.process.sandbox import CandidateProcess
 
     with CandidateProcess("cpu", start=method) as p:
         p.wait_ready(120)
@@ -157,7 +157,7 @@ def test_workers_run_the_graders_package_whatever_the_callers_directory(method, 
     """``python -m`` imports from the working directory first: a grader run from a directory that
     holds another drkernel (an older checkout) started workers from that one (an A/B run of two
     versions graded every candidate of the old arm with the new worker)."""
-    from drkernel.env.sandbox import CandidateProcess
+    from drkernel.env.process.sandbox import CandidateProcess
 
     (tmp_path / "drkernel").mkdir()
     (tmp_path / "drkernel" / "__init__.py").write_text("raise ImportError('the caller directory drkernel')\n")
@@ -174,7 +174,7 @@ def test_the_worker_environment_keeps_the_working_directory_off_sys_path(tmp_pat
     import subprocess
     import sys
 
-    from drkernel.env.sandbox import worker_env
+    from drkernel.env.process.sandbox import worker_env
 
     out = subprocess.run([sys.executable, "-m", "site"], env=worker_env("cpu"), cwd=tmp_path,
                          capture_output=True, text=True, timeout=60).stdout
@@ -183,7 +183,7 @@ def test_the_worker_environment_keeps_the_working_directory_off_sys_path(tmp_pat
 
 def test_unknown_start_method_is_named(monkeypatch):
     from drkernel.env.result import EnvironmentFailure
-    from drkernel.env.sandbox import start_method_default
+    from drkernel.env.process.sandbox import start_method_default
 
     monkeypatch.setenv("DRKERNEL_WORKER_START", "spawn")
     with pytest.raises(EnvironmentFailure, match="DRKERNEL_WORKER_START must be one of"):
@@ -194,8 +194,8 @@ def test_one_zygote_per_device_replaced_only_when_a_start_time_variable_changes(
     """Variables such as pytest's PYTEST_CURRENT_TEST change all the time: they reach each child,
     and must not start a zygote each (which once leaked one per evaluation). A variable read at
     start-up (OMP_NUM_THREADS) replaces the device's zygote and stops the old one."""
-    from drkernel.env import zygote
-    from drkernel.env.sandbox import CandidateProcess
+    from drkernel.env.process import zygote
+    from drkernel.env.process.sandbox import CandidateProcess
 
     def start() -> "zygote.Zygote":
         with CandidateProcess("cpu", start="zygote") as p:
@@ -221,8 +221,8 @@ def test_a_zygote_answers_what_it_cannot_serve_drops_late_replies_and_goes_on(tm
     whose job is unusable just exits."""
     import time
 
-    from drkernel.env import zygote
-    from drkernel.env.sandbox import worker_env
+    from drkernel.env.process import zygote
+    from drkernel.env.process.sandbox import worker_env
 
     z = zygote.Zygote(worker_env("cpu"))
     try:
@@ -250,8 +250,8 @@ def test_a_child_whose_request_was_given_up_on_is_killed_when_its_reply_comes(tm
     import socket
     import time
 
-    from drkernel.env import zygote
-    from drkernel.env.sandbox import worker_env
+    from drkernel.env.process import zygote
+    from drkernel.env.process.sandbox import worker_env
 
     z = zygote.Zygote(worker_env("cpu"))
     ours, theirs = socket.socketpair()
@@ -295,7 +295,7 @@ class ModelNew(nn.Module):
 
 
 def test_an_unknown_start_argument_is_named():
-    from drkernel.env.sandbox import CandidateProcess
+    from drkernel.env.process.sandbox import CandidateProcess
 
     with pytest.raises(ValueError, match="start must be one of"):
         CandidateProcess("cpu", start="spawn")
@@ -308,7 +308,7 @@ def test_cpu_time_of_other_threads_is_read_from_proc():
 
     import os
 
-    from drkernel.env.procfs import cpu_seconds, thread_run_ns
+    from drkernel.env.process.procfs import cpu_seconds, thread_run_ns
 
     pid = os.getpid()
     before = thread_run_ns(pid)
@@ -346,7 +346,7 @@ def test_a_discarded_worker_is_killed_and_reaped_before_the_pool_closes():
     import signal
     import time
 
-    from drkernel.env.sandbox import WarmPool
+    from drkernel.env.process.sandbox import WarmPool
 
     pool = WarmPool(spares=0)
     proc = pool.acquire("cpu", 120)
@@ -370,7 +370,7 @@ def test_a_cancelled_worker_is_still_reaped_when_released(release):
     stage (a review found ``kill`` shadowed by the closing half, so a cancelled worker's directory,
     stage and connection leaked)."""
     from drkernel.env.evaluation import CancelToken
-    from drkernel.env.sandbox import WarmPool
+    from drkernel.env.process.sandbox import WarmPool
 
     pool = WarmPool(spares=0)
     try:
@@ -395,7 +395,7 @@ def test_a_load_in_two_parts_must_be_one_load(tmp_path):
     import shutil
 
     from drkernel.env.protocol import LoadRequest
-    from drkernel.env.sandbox import CandidateProcess
+    from drkernel.env.process.sandbox import CandidateProcess
 
     fixtures = Path(__file__).parent / "fixtures"
     task = (fixtures / "tasks" / "relu.py").read_text()

@@ -1,4 +1,4 @@
-"""The seal over the harness's own namespaces (drkernel.env.seal): identity checks that end the
+"""The seal over the harness's own namespaces (drkernel.env.guards.seal): identity checks that end the
 process with EXIT_TAMPERED on any rebinding, in a subprocess each (the check calls os._exit)."""
 
 import os
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from drkernel.env.seal import EXIT_TAMPERED
+from drkernel.env.guards.seal import EXIT_TAMPERED
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,7 +28,7 @@ RUNNER = textwrap.dedent('''
     def guard(flag=True):
         return lambda: flag
     g = guard()
-    from drkernel.env.seal import make_seal
+    from drkernel.env.guards.seal import make_seal
     class Made:  # a harness class made in a function (not a module attribute)
         def cost(self):
             return 1

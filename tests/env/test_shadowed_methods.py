@@ -1,4 +1,4 @@
-"""Tensors the harness reads after a call keep torch's own methods (drkernel.env.worker,
+"""Tensors the harness reads after a call keep torch's own methods (drkernel.env.process.worker,
 ``Harness._shadowed``): a review found that an attribute set on a tensor instance (no audit event,
 not a class change) shadows ``numel``, ``stride``, ``copy_``, ``is_floating_point``... for the
 harness too, so the candidate's code ran inside its steps, off the clock. Each candidate here did

@@ -1,4 +1,4 @@
-"""Checked timed outputs read back as a sample of their elements (drkernel.env.spot): the grader and
+"""Checked timed outputs read back as a sample of their elements (drkernel.env.measure.spot): the grader and
 the worker draw the same indices from the seed sent after the call; a kernel that leaves part of a
 timed output undone is still caught, an honest one still passes."""
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from drkernel.env.config import EvalConfig, cpu_fast
-from drkernel.env.spot import (ANSWER_BYTES, SAMPLER_OPS, decode_keep, encode_keep, make_sampler, sample_index,
+from drkernel.env.measure.spot import (ANSWER_BYTES, SAMPLER_OPS, decode_keep, encode_keep, make_sampler, sample_index,
                                 sample_size, splitmix64)
 
 TASKS = Path(__file__).parent / "fixtures" / "tasks"
@@ -112,7 +112,7 @@ def test_the_workers_sampler_is_bound_before_the_candidate_loads(monkeypatch):
     does not change which elements come back, nor reach the seed."""
     import builtins
 
-    from drkernel.env import spot
+    from drkernel.env.measure import spot
 
     sampler = make_sampler(torch)
     expected = sampler(1 << 30, 99, 4096)

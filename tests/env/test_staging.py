@@ -6,9 +6,9 @@ import os
 import pytest
 import torch
 
-from drkernel.env import staging
-from drkernel.env.staging import ALIGN, Stage, StageError, reserve_bytes
-from drkernel.env.tensor_io import TensorIOError, read_tensor, write_tensor
+from drkernel.env.process import staging
+from drkernel.env.process.staging import ALIGN, Stage, StageError, reserve_bytes
+from drkernel.env.process.tensor_io import TensorIOError, read_tensor, write_tensor
 
 
 @pytest.fixture
@@ -115,7 +115,7 @@ def test_reservation_covers_one_output_or_the_kept_timed_outputs():
 
 def test_the_stage_of_a_graded_candidate_is_released(monkeypatch):
     """A candidate process owns its stage: closing the process closes the memfd."""
-    from drkernel.env.sandbox import CandidateProcess
+    from drkernel.env.process.sandbox import CandidateProcess
 
     proc = CandidateProcess("cpu").wait_ready(120)
     import fcntl

@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 
-from drkernel.env.static_checks import check_source
+from drkernel.env.guards.static_checks import check_source
 
 KERNEL = '''
 import torch
@@ -148,7 +148,7 @@ def test_static_checks_are_safe_on_several_threads_at_once():
     import time
     from pathlib import Path
 
-    from drkernel.env.static_checks import check_source
+    from drkernel.env.guards.static_checks import check_source
 
     sources = [p.read_text() for p in sorted((Path(__file__).parents[2] / "envs/fused_ops/solutions").glob("*.py"))]
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from drkernel.env.tensor_io import TensorIOError, read_tensor, write_tensor
+from drkernel.env.process.tensor_io import TensorIOError, read_tensor, write_tensor
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.bool])

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from drkernel.env.grader import LocalGrader
-from drkernel.env.suite import load_suite
+from drkernel.env.tasks.suite import load_suite
 from tests.grading_ahead import GradedAhead, selected_params
 
 ENVS = Path(__file__).resolve().parents[2] / "envs"

@@ -42,7 +42,7 @@ def test_cuda_workers_are_forked_from_a_zygote_that_never_touched_cuda():
     import opened a GPU device file); each forked worker makes its own CUDA context."""
     import time
 
-    from drkernel.env.sandbox import CandidateProcess
+    from drkernel.env.process.sandbox import CandidateProcess
 
     starts, parts = [], []
     for _ in range(3):
@@ -78,7 +78,7 @@ def test_side_stream_is_caught_at_runtime_and_statically():
 
 def test_the_launch_budget_hold_leaves_no_room_for_another_stream():
     """A kernel put on a side stream while the hold runs finishes after the hold, not beside it."""
-    from drkernel.env.budget import LaunchBudget
+    from drkernel.env.measure.budget import LaunchBudget
 
     budget = LaunchBudget.build(torch, "cuda")
     assert budget.verified, budget
@@ -112,7 +112,7 @@ def test_every_evaluation_under_the_graders_load_times_with_the_hold():
     from concurrent.futures import ThreadPoolExecutor
 
     from drkernel.env.grader import LocalGrader
-    from drkernel.env.task import Task
+    from drkernel.env.tasks.task import Task
 
     task = Task.from_file(TASKS / "matmul_2k.py")
     src = (CANDS / "matmul_honest.py").read_text()
@@ -177,7 +177,7 @@ def test_unwritten_output_fails_with_nan_prefill():
 def test_persisting_l2_reset_works_on_this_device():
     import ctypes
 
-    from drkernel.env.timing import persisting_l2_resetter
+    from drkernel.env.measure.timing import persisting_l2_resetter
 
     torch.empty(1, device="cuda")
     reset = persisting_l2_resetter()
@@ -196,7 +196,7 @@ def test_persisting_l2_reset_works_on_this_device():
                                          (torch.bfloat16, (1001,)), (torch.bool, (7, 3)),
                                          (torch.complex64, (5,)), (torch.int64, ())])
 def test_gpu_tensors_round_trip_through_the_pinned_path(tmp_path, dtype, shape):
-    from drkernel.env import tensor_io
+    from drkernel.env.process import tensor_io
 
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(shape, device="cuda", generator=g, dtype=torch.float32)
@@ -210,7 +210,7 @@ def test_gpu_tensors_round_trip_through_the_pinned_path(tmp_path, dtype, shape):
 
 
 def test_a_file_cut_short_after_the_check_is_an_io_error(tmp_path, monkeypatch):
-    from drkernel.env import tensor_io
+    from drkernel.env.process import tensor_io
 
     x = torch.arange(10, dtype=torch.float32, device="cuda")
     desc = tensor_io.write_tensor(x, tmp_path, "out")
@@ -232,8 +232,8 @@ def test_gpu_outputs_cross_the_registered_stage(tmp_path):
     GPU output arrives bit-exact in the grader's device memory, without a file."""
     import os
 
-    from drkernel.env import tensor_io
-    from drkernel.env.staging import Stage
+    from drkernel.env.process import tensor_io
+    from drkernel.env.process.staging import Stage
 
     grader = Stage.create()
     worker = Stage.attach(os.dup(grader.fd))
@@ -294,10 +294,10 @@ def test_the_graders_cuda_cache_does_not_grow_with_every_evaluation(monkeypatch)
 
 def test_spot_indices_drawn_on_the_gpu_are_the_cpus():
     """The worker samples a checked output on its device, the grader on the reference's: both get
-    SplitMix64's indices (drkernel.env.spot), whatever the device, and no index crosses a bus."""
+    SplitMix64's indices (drkernel.env.measure.spot), whatever the device, and no index crosses a bus."""
     import time
 
-    from drkernel.env.spot import sample_index
+    from drkernel.env.measure.spot import sample_index
 
     for numel, seed in ((64 << 20, 7), ((1 << 35) + 3, (1 << 64) - 1)):
         gpu = sample_index(numel, seed, 1 << 20, torch, "cuda")
@@ -314,7 +314,7 @@ def test_spot_indices_drawn_on_the_gpu_are_the_cpus():
 def test_work_deferred_to_a_finaliser_is_timed_as_the_calls():
     """A forward that leaves its work to a finaliser (a reference cycle's ``__del__``): the worker
     collects inside each call's window, so the work is timed as the call's and the output is
-    complete when read (drkernel.env.worker.Harness._release)."""
+    complete when read (drkernel.env.process.worker.Harness._release)."""
     honest = run("relu_big.py", "relu_honest.py")
     deferred = run("relu_big.py", "relu_finalizer_deferred.py")
     assert honest.passed and deferred.passed, deferred.feedback
@@ -342,11 +342,11 @@ def _timed(fn, n=5):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 def test_the_fused_comparison_is_the_torch_comparison_on_a_gpu(monkeypatch, dtype):
-    """GPU outputs are compared by drkernel.env.compare_kernels: the same verdicts, messages and
+    """GPU outputs are compared by drkernel.env.judge.compare_kernels: the same verdicts, messages and
     statistics as the torch operations, on a 64M-element output (several of torch's chunks and
     thousands of the kernels' blocks) right, slightly off, wrong in a few elements, with NaN/Inf,
     with an allowance and with a given scale; and how long each takes here."""
-    from drkernel.env import compare
+    from drkernel.env.judge import compare
 
     g = torch.Generator(device="cuda").manual_seed(5)
     n = 64 << 20

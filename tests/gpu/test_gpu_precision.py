@@ -1,4 +1,4 @@
-"""GPU-only behaviour of the precision-aware verdict (drkernel.env.precision, drkernel.env.oracle):
+"""GPU-only behaviour of the precision-aware verdict (drkernel.env.judge.precision, drkernel.env.tasks.oracle):
 the float64 oracle on the device, TF32 and fp16 products hidden under a bf16 input or a large
 residual, and coverage that idle time inside a Triton kernel cannot buy.
 

@@ -21,7 +21,7 @@ from verifiers.v1.utils.loaders import environment_class, taskset_class  # noqa:
 
 from drkernel.agent.episode import first_messages, run_episode  # noqa: E402
 from drkernel.agent.types import Generation  # noqa: E402
-from drkernel.env.task import Task  # noqa: E402
+from drkernel.env.tasks.task import Task  # noqa: E402
 from drkernel.integrations.verifiers import KernelEnv, KernelEnvConfig, KernelTaskset  # noqa: E402
 from tests.integrations.chat_server import StreamingChatServer  # noqa: E402
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from drkernel.env.conformance import CRASH, MEMORY_HOG, PROBE_TASK, _KERNEL
-from drkernel.env.task import Task
+from drkernel.env.tasks.task import Task
 
 FIX = Path(__file__).resolve().parents[1] / "env" / "fixtures"
 

@@ -11,7 +11,7 @@ import time
 
 from drkernel.env.grader import GraderBase
 from drkernel.env.result import EnvironmentFailure, EvalError, EvalResult
-from drkernel.env.task import TaskError
+from drkernel.env.tasks.task import TaskError
 
 
 def digest(task_source: str, source: str, seed) -> str:

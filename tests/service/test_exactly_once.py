@@ -15,7 +15,7 @@ httpx = pytest.importorskip("httpx", reason="needs the 'serve' extra")
 
 from drkernel.env.result import EnvironmentFailure  # noqa: E402
 from drkernel.serve.remote import RemoteGrader  # noqa: E402
-from drkernel.env.task import Task, TaskError  # noqa: E402
+from drkernel.env.tasks.task import Task, TaskError  # noqa: E402
 from tests.service.echo_grader import digest  # noqa: E402
 
 ECHO = ("--grader", "tests.service.echo_grader:make", "--no-warmup")

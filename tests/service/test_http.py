@@ -13,7 +13,7 @@ httpx = pytest.importorskip("httpx", reason="needs the 'serve' extra")
 
 from drkernel.env.conformance import HONEST, PROBE_TASK  # noqa: E402
 from drkernel.serve.remote import RemoteGrader  # noqa: E402
-from drkernel.env.task import Task, TaskError  # noqa: E402
+from drkernel.env.tasks.task import Task, TaskError  # noqa: E402
 from tests.service.batch import OPTIONS, check_verdict, mixed_batch  # noqa: E402
 from tests.service.conftest import Server  # noqa: E402
 from tests.service.test_codec import strict_loads  # noqa: E402

@@ -17,7 +17,7 @@ ray = pytest.importorskip("ray")
 from drkernel.env.config import EvalConfig, cpu_fast  # noqa: E402
 from drkernel.env.result import EnvironmentFailure  # noqa: E402
 from drkernel.serve.ray_pool import RayGrader  # noqa: E402
-from drkernel.env.task import Task, TaskError  # noqa: E402
+from drkernel.env.tasks.task import Task, TaskError  # noqa: E402
 from tests.service.batch import OPTIONS, check_verdict, mixed_batch  # noqa: E402
 from tests.service.echo_grader import digest, make  # noqa: E402
 

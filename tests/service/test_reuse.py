@@ -29,7 +29,7 @@ from drkernel.serve.cache import ResultCache, transient_reason  # noqa: E402
 from drkernel.serve.codec import decode_result  # noqa: E402
 from drkernel.serve.jobs import JobStore  # noqa: E402
 from drkernel.serve.remote import RemoteGrader  # noqa: E402
-from drkernel.env.task import Task  # noqa: E402
+from drkernel.env.tasks.task import Task  # noqa: E402
 from tests.service.conftest import free_port  # noqa: E402
 from tests.service.echo_grader import FAILURES, EchoGrader, digest, nonfinite_result  # noqa: E402
 from tests.service.test_codec import same, strict_loads  # noqa: E402

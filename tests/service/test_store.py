@@ -8,7 +8,7 @@ from drkernel.env.config import EvalConfig
 from drkernel.serve.cache import CachedGrader, ResultCache, cache_key, config_dict, grader_version, \
     runtime_identity
 from drkernel.serve.jobs import JobConflict, JobStore
-from drkernel.env.task import Task
+from drkernel.env.tasks.task import Task
 from tests.service.echo_grader import EchoGrader
 
 REQ = {"task_code": "t", "candidate_code": "c", "seed": 1, "options": {}}

@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
-from drkernel.env.suite import load_suite  # noqa: E402
+from drkernel.env.tasks.suite import load_suite  # noqa: E402
 from tests.agent.scripted_server import ScriptedServer, fenced, kernel_policy  # noqa: E402
 
 WRONG_SUFFIX = ("\n\nclass _Scaled(ModelNew):\n    def forward(self, *args):\n"

@@ -3,7 +3,7 @@
     python tests/benchmarks/diagnostics/audit_overhead.py [--tasks envs/single_ops:01_relu,...] [--calls 200]
 
 The worker imports the candidate through trusted code and then runs every call with a Python audit
-hook enforcing (:class:`drkernel.env.audit.Auditor`): each audit event the forward raises costs a
+hook enforcing (:class:`drkernel.env.guards.audit.Auditor`): each audit event the forward raises costs a
 walk of the stack to find who is to blame. The host time of the forward is what the launch budget's
 hold must cover (a multi-launch candidate whose launches outlast it has the gaps between its kernels
 timed), so this script times the forward's host path (its launches, no sync) per call:
@@ -54,8 +54,8 @@ def _q(xs: list[float]) -> dict[str, float]:
 
 
 def main() -> int:
-    from drkernel.env.audit import Auditor, StateGuard
-    from drkernel.env.worker import import_file
+    from drkernel.env.guards.audit import Auditor, StateGuard
+    from drkernel.env.process.worker import import_file
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", default=DEFAULT_TASKS, help="comma-separated suite:task")

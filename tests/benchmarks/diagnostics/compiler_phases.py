@@ -1,4 +1,4 @@
-"""Where a compiler's time goes (drkernel.env.precompile): compilers forked from a CUDA worker's
+"""Where a compiler's time goes (drkernel.env.process.precompile): compilers forked from a CUDA worker's
 zygote for a suite's reference solutions, one at a time and then all at once, each waited for as
 the grader does; prints each one's own phase timers (task, confine, import, build, forward) and the
 grader's wait.
@@ -28,9 +28,9 @@ def main() -> int:
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    from drkernel.env.precompile import Compiler, cuda_target, job
-    from drkernel.env.sandbox import worker_env
-    from drkernel.env.zygote import spawn_compiler
+    from drkernel.env.process.precompile import Compiler, cuda_target, job
+    from drkernel.env.process.sandbox import worker_env
+    from drkernel.env.process.zygote import spawn_compiler
 
     suite = Path(args.suite)
     tasks = sorted((suite / "tasks").glob("*.py"))[: args.n]

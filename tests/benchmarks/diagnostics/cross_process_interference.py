@@ -4,7 +4,7 @@ A 4096^3 fp32 matmul (TF32 off) is timed with CUDA events 300 times while a seco
 of: nothing; a tiny kernel every 5 ms; 256 MB allocated and freed every 5 ms; a 256 MB host-to-device
 copy every 5 ms; CUDA contexts created and destroyed (four processes at a time). Kernels from another
 process time-slice the GPU under the timed one; the other activities do not touch the SMs. What the
-grader must therefore keep out of a timing: any kernel of another process (drkernel.env.worker warms
+grader must therefore keep out of a timing: any kernel of another process (drkernel.env.process.worker warms
 its sampler at load, inside the GPU gate, not at its start).
 
 H100, 2026-11-26 (median / p90 ms): none 2.761 / 2.781; tiny kernels 2.740 / 3.061; alloc/free

@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 from placement_probe import load  # (this directory: run as a script)
 
-from drkernel.env.budget import _clock, _now  # the hold's own reads of %globaltimer and %clock64
+from drkernel.env.measure.budget import _clock, _now  # the hold's own reads of %globaltimer and %clock64
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -1,4 +1,4 @@
-"""Does the launch budget's probe (drkernel/env/budget.py) verify a hold that fills the GPU while
+"""Does the launch budget's probe (drkernel/env/measure/budget.py) verify a hold that fills the GPU while
 another process's kernels time-slice it? CUDA events against GPU-timer stamps (CUDA only).
 
     python tests/benchmarks/diagnostics/hold_probe_under_load.py [--probes 30]
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from drkernel.env import budget as B
+from drkernel.env.measure import budget as B
 
 NEIGHBOURS = {
     "none": None,

@@ -7,7 +7,7 @@ process's ordinary heap: a kernel could then read and write the harness's Python
 audited operation. This reports the device's attributes through the CUDA runtime:
 ``cudaDevAttrPageableMemoryAccess`` (88) and ``cudaDevAttrPageableMemoryAccessUsesHostPageTables``
 (100); 0 means a kernel cannot touch pageable memory that was not registered (``cudaHostRegister``,
-refused to the candidate: drkernel.env.audit).
+refused to the candidate: drkernel.env.guards.audit).
 
     python tests/benchmarks/diagnostics/host_memory_reach.py [--out FILE]
 """

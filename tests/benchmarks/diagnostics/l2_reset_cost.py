@@ -1,7 +1,7 @@
 """Does clearing persisting L2 before a timed call slow the call itself? (CUDA only)
 
 The grader clears any persisting-L2 carve-out before each timed call (hack #20). This times a few
-suite solutions, queued-flush protocol as in drkernel/env/timing.py, with each way of clearing:
+suite solutions, queued-flush protocol as in drkernel/env/measure/timing.py, with each way of clearing:
 nothing, ``cudaDeviceGetLimit`` only, ``cudaDeviceSetLimit(PersistingL2CacheSize, 0)``,
 ``cudaCtxResetPersistingL2Cache``, and the grader's own resetter.
 
@@ -23,8 +23,8 @@ sys.path.insert(0, str(ROOT))
 
 from solution_speed import build_pair  # noqa: E402
 
-from drkernel.env.suite import load_suite  # noqa: E402
-from drkernel.env.timing import persisting_l2_resetter  # noqa: E402
+from drkernel.env.tasks.suite import load_suite  # noqa: E402
+from drkernel.env.measure.timing import persisting_l2_resetter  # noqa: E402
 
 LIMIT = 0x06
 

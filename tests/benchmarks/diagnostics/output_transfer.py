@@ -1,6 +1,6 @@
 """How long one candidate output takes from the worker's GPU to the grader's: the file path
 (through a pinned chunk into /dev/shm and back) against the output stage (a sealed shared memfd,
-page-locked on both sides, :mod:`drkernel.env.staging`), with 1..N copies running at once (each
+page-locked on both sides, :mod:`drkernel.env.process.staging`), with 1..N copies running at once (each
 in its own thread, as evaluations in flight do; both processes' sides run in this one).
 
     python tests/benchmarks/diagnostics/output_transfer.py --mb 256 --concurrency 1,8 --out transfer.json
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from drkernel.env import tensor_io
-from drkernel.env.sandbox import workdir_root_default
-from drkernel.env.staging import Stage
+from drkernel.env.process import tensor_io
+from drkernel.env.process.sandbox import workdir_root_default
+from drkernel.env.process.staging import Stage
 
 
 def one_path(kind: str, x: torch.Tensor, repeats: int) -> list[float]:

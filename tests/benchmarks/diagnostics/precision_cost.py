@@ -1,6 +1,6 @@
 """What the precision-aware verdict costs the grader: the float64 oracle's forward against the
-reference's, and the oracle comparison (drkernel.env.precision.judge) against the scale-aware one
-(drkernel.env.compare.compare_outputs), on one output of N elements.
+reference's, and the oracle comparison (drkernel.env.judge.precision.judge) against the scale-aware one
+(drkernel.env.judge.compare.compare_outputs), on one output of N elements.
 
     python tests/benchmarks/diagnostics/precision_cost.py [--device cuda] [--n 67108864] [--out cost.json]
 """
@@ -13,9 +13,9 @@ import time
 
 import torch
 
-from drkernel.env.compare import compare_outputs
-from drkernel.env.oracle import evaluate_float64, widen_inputs, widen_model
-from drkernel.env.precision import judge
+from drkernel.env.judge.compare import compare_outputs
+from drkernel.env.tasks.oracle import evaluate_float64, widen_inputs, widen_model
+from drkernel.env.judge.precision import judge
 
 
 def _ms(fn, device: str, reps: int = 5) -> float:

@@ -88,7 +88,7 @@ def pct(values, q):
 
 
 def kernels():
-    from drkernel.env.task import Task
+    from drkernel.env.tasks.task import Task
 
     pairs = [("relu_big.py", "relu_honest.py"), ("matmul_2k.py", "matmul_honest.py")]
     return [(Task.from_file(HERE / "tasks" / t), (HERE / "candidates" / c).read_text(), t) for t, c in pairs]
@@ -96,7 +96,7 @@ def kernels():
 
 def cpu_kernels():
     from drkernel.env.conformance import HONEST, PROBE_TASK
-    from drkernel.env.task import Task
+    from drkernel.env.tasks.task import Task
 
     return [(Task.from_source(PROBE_TASK, name="probe"), HONEST, "probe")]
 

@@ -2,7 +2,7 @@
 
 A 4096^3 fp32 matmul (TF32 off) in three phases (2 ms sleeps between calls, none, 2 ms sleeps)
 while a thread samples NVML every millisecond: SM clock, clock-event reasons, power, temperature.
-drkernel.env.gpu_clock samples the clock only when a timing opens and when its last call returns;
+drkernel.env.measure.gpu_clock samples the clock only when a timing opens and when its last call returns;
 this shows whether the clock moves in between.
 
 H100, 2026-11-26: 1980 MHz throughout, no clock-event reason, at most 639 W, 35-52 C; the matmul

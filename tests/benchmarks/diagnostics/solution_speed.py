@@ -40,7 +40,7 @@ def build_pair(st, entry_point: str, solutions: Path):
     built under the same seed, as the grader does."""
     import torch
 
-    from drkernel.env.task import split_init_inputs
+    from drkernel.env.tasks.task import split_init_inputs
 
     loaded = st.task(entry_point).load("full")
     args, kwargs = split_init_inputs(loaded.init_inputs(1))
@@ -56,7 +56,7 @@ def build_pair(st, entry_point: str, solutions: Path):
 def probe(st, entry_point: str, solutions: Path, trials: int) -> dict:
     import torch
 
-    from drkernel.env.compare import compare_outputs
+    from drkernel.env.judge.compare import compare_outputs
 
     loaded, ref, cand, x = build_pair(st, entry_point, solutions)
     with torch.no_grad():
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     import torch
 
-    from drkernel.env.suite import load_suite
+    from drkernel.env.tasks.suite import load_suite
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

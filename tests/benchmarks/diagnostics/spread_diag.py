@@ -70,7 +70,7 @@ def main() -> int:
 
     from drkernel.env.evaluation import evaluate
     from drkernel.env.grader import LocalGrader
-    from drkernel.env.suite import load_suite
+    from drkernel.env.tasks.suite import load_suite
 
     suite = load_suite(args.suite)
     st = next(s for s in suite.select(args.task))
