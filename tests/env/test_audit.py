@@ -19,7 +19,7 @@ RUNNER = textwrap.dedent('''
     import json, sys
     import torch
     from drkernel.env.guards.audit import Auditor, StateGuard
-    from drkernel.env.process.worker import import_file  # trusted code imports the candidate, as in the worker
+    from drkernel.env.process.loading import import_file  # trusted code imports the candidate, as in the worker
     a = Auditor(); a.install(torch)
     guard = StateGuard(torch); guard.snapshot()
     a.enforcing = True

@@ -1,4 +1,4 @@
-"""The candidate's finalisers run only inside a call's window (drkernel.env.process.worker.Harness._release).
+"""The candidate's finalisers run only inside a call's window (drkernel.env.process.harness.Harness._release).
 
 A finaliser (``__del__``, a weakref callback, an object hung on an input or output tensor) runs when
 its object is freed. If that happened after the call's window closed (at the harness's next
@@ -24,7 +24,7 @@ RUNNER = textwrap.dedent('''
     import torch
     from drkernel.env.protocol import TimeRequest
     from drkernel.env.measure.timing import run_calls
-    from drkernel.env.process.worker import Harness
+    from drkernel.env.process.harness import Harness
 
     a, b = socket.socketpair()
     h = Harness(sys.argv[1], "cpu", a.fileno())
@@ -69,7 +69,7 @@ RUNNER = textwrap.dedent('''
         h.model = model
         fresh()
         res[name] = run_calls(h, req).host_ms
-    import drkernel.env.process.worker as w
+    import drkernel.env.process.harness as w
     w.KEEP_BYTES["cpu"] = 0  # every call lets go of the inputs of the call before the last
     h.model = TaggedInput()
     fresh()

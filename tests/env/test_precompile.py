@@ -86,7 +86,7 @@ from triton.backends.compiler import GPUTarget
 from drkernel.env.process.confine import private_environment
 from drkernel.env.measure.launches import install_naming
 from drkernel.env.process.precompile import CompileOnlyDriver
-from drkernel.env.process.worker import import_file
+from drkernel.env.process.loading import import_file
 import triton
 from drkernel.env.process.triton_cache import SHARED_ENV
 

@@ -77,7 +77,7 @@ class ModelNew(nn.Module):
         raise ValueError("boom " * 2000)
 ''')
     assert not r.correct and "ValueError" in r.error.message and len(r.error.message) < 2600
-    assert "drkernel/env/process/worker.py" not in r.error.message
+    assert "drkernel/env/" not in r.error.message  # (no frame of the harness)
 
 
 @pytest.mark.slow

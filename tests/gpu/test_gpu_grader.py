@@ -314,7 +314,7 @@ def test_spot_indices_drawn_on_the_gpu_are_the_cpus():
 def test_work_deferred_to_a_finaliser_is_timed_as_the_calls():
     """A forward that leaves its work to a finaliser (a reference cycle's ``__del__``): the worker
     collects inside each call's window, so the work is timed as the call's and the output is
-    complete when read (drkernel.env.process.worker.Harness._release)."""
+    complete when read (drkernel.env.process.harness.Harness._release)."""
     honest = run("relu_big.py", "relu_honest.py")
     deferred = run("relu_big.py", "relu_finalizer_deferred.py")
     assert honest.passed and deferred.passed, deferred.feedback

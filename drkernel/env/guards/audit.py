@@ -411,7 +411,7 @@ class Auditor:
         fin = weakref.finalize
         fin.__init__ = self._guarded(fin.__init__, "forbidden_operation", "weakref.finalize")
         # automatic collection is off in the worker, so finalisers run only inside a call's window
-        # (drkernel.env.process.worker.Harness._release); ``gc`` is reachable through torch's modules
+        # (drkernel.env.process.harness.Harness._release); ``gc`` is reachable through torch's modules
         import gc
 
         self._wrap_everywhere([gc.enable, gc.set_threshold],

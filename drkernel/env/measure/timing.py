@@ -175,7 +175,7 @@ class SpotChannel:
 
 class TimingHarness(Protocol):
     """What :func:`run_calls` uses of the worker: its settings, its one way of calling the model, and
-    what it reads after the calls. :class:`drkernel.env.process.worker.Harness` implements it; attributes
+    what it reads after the calls. :class:`drkernel.env.process.harness.Harness` implements it; attributes
     are read when used (``l2_reset_ok`` changes with every call), exactly as on the worker."""
 
     torch: Any

@@ -55,7 +55,7 @@ def _q(xs: list[float]) -> dict[str, float]:
 
 def main() -> int:
     from drkernel.env.guards.audit import Auditor, StateGuard
-    from drkernel.env.process.worker import import_file
+    from drkernel.env.process.loading import import_file
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", default=DEFAULT_TASKS, help="comma-separated suite:task")
