@@ -161,7 +161,7 @@ class LocalGrader(GraderBase):
       visible GPU, least busy first); up to ``per_gpu`` candidates of one GPU load, compile and
       run their correctness trials at once, while timing and profiling hold the GPU's gate
       exclusively (one timed region per GPU, nothing else of this grader on that GPU meanwhile;
-      :class:`~drkernel.env.evaluation.DeviceGate`). On CPU, ``capacity`` defaults to the core count.
+      :class:`~drkernel.env.measure.gate.DeviceGate`). On CPU, ``capacity`` defaults to the core count.
     * **Memory contention is not a verdict**: the candidates of one GPU share its memory, so a
       candidate that runs out of GPU memory while others ran beside it is graded again with the GPU
       to itself (new evaluations wait, running ones finish); that verdict stands and
@@ -179,7 +179,7 @@ class LocalGrader(GraderBase):
     def __init__(self, config: EvalConfig | None = None, *, capacity: int | None = None,
                  devices: list[str] | None = None, spares: int | None = None, per_gpu: int = 6,
                  warm: bool = True, cache_tasks: int = 8, ref_cache_bytes: int = 1 << 30):
-        from drkernel.env.evaluation import resolve_device
+        from drkernel.env.device import resolve_device
         from drkernel.env.tasks.prepared import PreparedCache
         from drkernel.env.process.sandbox import WarmPool
 
@@ -226,7 +226,9 @@ class LocalGrader(GraderBase):
 
     def _grade_cancellable(self, task: Task, source: str, seed: int | None, options: dict[str, Any],
                            token: Any) -> EvalResult:
-        from drkernel.env.evaluation import CancelToken, Evaluation, device_gate, fresh_process
+        from drkernel.env.evaluation import CancelToken, Evaluation
+        from drkernel.env.measure.gate import device_gate
+        from drkernel.env.process.sandbox import fresh_process
 
         if "device" in options and options["device"] != self.config.device:
             raise ValueError(f"options cannot change the device of a LocalGrader ({self.config.device})")

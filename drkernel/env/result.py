@@ -32,6 +32,11 @@ class EnvironmentFailure(RuntimeError):
     """
 
 
+class Stop(Exception):
+    """The verdict is decided: the stage that raises it ends the evaluation's run of stages (caught
+    by :meth:`~drkernel.env.evaluation.Evaluation.run`; never leaves the evaluation)."""
+
+
 @dataclass
 class EvalError:
     """Where and why an evaluation failed."""

@@ -111,7 +111,7 @@ class HFGenerate:
             trainer's bf16-mixed precision on cuda); None = the weights' own dtype.
         step_guard: a context-manager factory entered around each forward's GPU work. The
             one-machine trainer passes the shared side of the grader's GPU gate
-            (:func:`drkernel.env.evaluation.device_gate`), so no forward runs while a candidate is
+            (:func:`drkernel.env.measure.gate.device_gate`), so no forward runs while a candidate is
             timed on the same GPU (timings stay exclusive) and a timing waits at most one step.
         threads: torch intra-op threads of the sampling thread (CPU); None = torch's setting. On a
             small shared CPU, 1 keeps decoding steps from stalling on a busy core (see the trainer's

@@ -449,7 +449,7 @@ class Trainer:
         name = f"cuda:{self.device.index if self.device.index is not None else torch.cuda.current_device()}"
         if name not in getattr(getattr(self.env, "grader", None), "devices", ()):
             return None
-        from drkernel.env.evaluation import device_gate
+        from drkernel.env.measure.gate import device_gate
 
         return device_gate(name).shared
 

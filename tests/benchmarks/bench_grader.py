@@ -38,6 +38,15 @@ if importlib.util.find_spec("drkernel") is None:  # (PYTHONPATH may name another
     sys.path.insert(0, str(ROOT))
 
 
+def _grader_module(path: str, older: str) -> object:
+    """A grader module by its path in this checkout, or by ``older``, its path in a checkout from
+    before the grader's modules moved into rooms (A/B runs import an older package)."""
+    try:
+        return importlib.import_module(path)
+    except ImportError:
+        return importlib.import_module(older)
+
+
 def _pct(xs: list[float], q: float) -> float:
     s = sorted(xs)
     k = (len(s) - 1) * q
@@ -68,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--switch-interval", type=float, default=None,
                     help="sys.setswitchinterval for this process (seconds; Python's default is 0.005)")
     ap.add_argument("--grader-cache-share", type=float, default=None,
-                    help="drkernel.env.evaluation.GRADER_CACHE_SHARE for this run (the grader empties its CUDA "
+                    help="drkernel.env.device.GRADER_CACHE_SHARE for this run (the grader empties its CUDA "
                          "cache when its idle part is above this share of the device)")
     ap.add_argument("--launch-budget-ms", type=float, default=None,
                     help="EvalConfig.launch_budget_ms (the hold before every call; default: the suite's)")
@@ -77,13 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.switch_interval is not None:
         sys.setswitchinterval(args.switch_interval)
 
-    import drkernel.env.evaluation as evaluation_module
-    from drkernel.env.evaluation import evaluate
+    from drkernel.env import LocalGrader, evaluate, load_suite
     if args.grader_cache_share is not None:
-        evaluation_module.GRADER_CACHE_SHARE = args.grader_cache_share
+        _grader_module("drkernel.env.device", "drkernel.env.evaluation").GRADER_CACHE_SHARE = args.grader_cache_share
     _count_empty_cache()
-    from drkernel.env.grader import LocalGrader
-    from drkernel.env.tasks.suite import load_suite
 
     cuda = args.device.startswith("cuda")
     suite = load_suite(args.suite)
@@ -258,9 +264,7 @@ def _count_empty_cache() -> None:
 
 
 def _occupancy(device: str) -> dict[str, float] | None:
-    from drkernel.env.evaluation import device_gate
-
-    gate = device_gate(device)
+    gate = _grader_module("drkernel.env.measure.gate", "drkernel.env.evaluation").device_gate(device)
     return gate.occupancy() if gate is not None and hasattr(gate, "occupancy") else None  # (older gates: none)
 
 
@@ -270,7 +274,7 @@ def _occupancy_share(before: dict | None, after: dict | None) -> dict[str, float
     if not before or not after:
         return None
     d = {k: after[k] - before[k] for k in after}
-    from drkernel.env.measure.gate import STATES
+    STATES = _grader_module("drkernel.env.measure.gate", "drkernel.env.gate").STATES
 
     wall = sum(d[k] for k in STATES)
     busy = d["shared"] + d["drain"]

@@ -52,9 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import drkernel
-    from drkernel.env.config import EvalConfig
-    from drkernel.env.grader import LocalGrader
-    from drkernel.env.tasks.task import Task
+    from drkernel.env import EvalConfig, LocalGrader, Task  # (public names: an older checkout has them too)
 
     root = Path(args.corpus)
     entries = load_entries(root, args.device)

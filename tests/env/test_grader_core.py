@@ -293,7 +293,7 @@ def test_cpu_coverage_is_not_inflated_by_a_torch_fallback():
 def test_device_gate_keeps_timing_alone_on_its_gpu():
     """Issue 8 scheduling: shared GPU work runs concurrently; an exclusive (timed) region runs alone,
     and shared work arriving while it waits queues behind it."""
-    from drkernel.env.evaluation import DeviceGate
+    from drkernel.env.measure.gate import DeviceGate
 
     gate, log, lock = DeviceGate(), [], threading.Lock()
 

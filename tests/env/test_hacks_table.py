@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _emitted_ids() -> set[str]:
     """Ids passed to the places that record findings, read from the source."""
     ids = set()
-    patterns = [r'self\.add\("([a-z_]+)"', r'Finding\("([a-z_]+)"', r'_finding\("([a-z_]+)"', r'_add\("([a-z_]+)"',
+    patterns = [r'self\.add\("([a-z_]+)"', r'Finding\("([a-z_]+)"', r'finding\("([a-z_]+)"', r'_add\("([a-z_]+)"',
                 r'note\("([a-z_]+)"', r'_guarded\([^,]+, "([a-z_]+)"', r'gate\(\("([a-z_]+)"',
                 r'\("(harness_tampered|forbidden_operation|host_compute)", f?"']
     for path in (ROOT / "drkernel" / "env").rglob("*.py"):

@@ -4,6 +4,7 @@
   of a ``drkernel.env`` module anywhere in a file: at module level, inside a function, under
   ``if TYPE_CHECKING:``. ``from pkg import name`` is an edge to ``pkg.name`` when that is a module,
   else to ``pkg``; importing a module also runs its packages' ``__init__``, so those are edges too.
+* No file in ``drkernel/env`` over :data:`MAX_LINES` lines.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "drkernel" / "env"
+MAX_LINES = 800
 
 
 def module_name(path: Path) -> str:
@@ -161,3 +163,9 @@ def test_no_import_cycle_among_grader_modules():
     assert not cycles, "import cycles among drkernel.env modules (import one way: move the shared piece " \
                        "down to a module both sides can import):\n" + "\n".join(describe(c, m, graph) for c, m in cycles)
 
+
+
+def test_no_grader_file_over_the_line_limit():
+    long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert not long, f"files over {MAX_LINES} lines (split by concern): {long}"

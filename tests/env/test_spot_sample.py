@@ -181,8 +181,8 @@ def test_an_output_finished_after_its_call_returned_is_judged_as_returned(sample
 def test_a_sampled_comparison_short_of_device_memory_falls_back_to_the_cpu_with_the_same_indices(monkeypatch):
     """The indices, the scale and the reference's sampled elements need device memory too: a device
     out of memory anywhere in a sampled comparison gives the CPU's verdict on the same elements."""
-    from drkernel.env import evaluation
     from drkernel.env.evaluation import Evaluation
+    from drkernel.env.judge import stages
     from drkernel.env.result import EvalResult
 
     ev = Evaluation.__new__(Evaluation)
@@ -192,7 +192,7 @@ def test_a_sampled_comparison_short_of_device_memory_falls_back_to_the_cpu_with_
     idx = sample_index(ref.numel(), *plan, torch)
     good, bad = ref[idx].clone(), ref[idx].clone()
     bad[7] += 1.0
-    real, calls = evaluation.compare_outputs, []
+    real, calls = stages.compare_outputs, []
 
     def short_once(*a, **k):
         calls.append(1)
@@ -202,7 +202,7 @@ def test_a_sampled_comparison_short_of_device_memory_falls_back_to_the_cpu_with_
 
     for got, ok in ((good, True), (bad, False)):
         calls.clear()
-        monkeypatch.setattr(evaluation, "compare_outputs", short_once)
-        assert ev._compare(got, ref, sample=plan).ok is ok and len(calls) == 2
-        monkeypatch.setattr(evaluation, "compare_outputs", real)
-        assert ev._compare(got, ref, sample=plan).ok is ok  # and without the shortage
+        monkeypatch.setattr(stages, "compare_outputs", short_once)
+        assert stages.compare(ev, got, ref, sample=plan).ok is ok and len(calls) == 2
+        monkeypatch.setattr(stages, "compare_outputs", real)
+        assert stages.compare(ev, got, ref, sample=plan).ok is ok  # and without the shortage

@@ -197,4 +197,16 @@ class DeviceGate:
             self._cond.notify_all()
 
 
-__all__ = ["DeviceGate", "Lease"]
+_GATES: dict[str, DeviceGate] = {}
+_GATES_GUARD = threading.Lock()
+
+
+def device_gate(device: str) -> DeviceGate | None:
+    """The process-wide gate of a GPU (None on CPU: CPU timings run concurrently, one core each)."""
+    if not device.startswith("cuda"):
+        return None
+    with _GATES_GUARD:
+        return _GATES.setdefault(device, DeviceGate())
+
+
+__all__ = ["DeviceGate", "Lease", "device_gate"]

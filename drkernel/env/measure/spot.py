@@ -30,6 +30,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+CHECK_ALL_TIMED = 5
+"""At most this many timed calls (the CPU's quick protocol has 3): every timed output is checked."""
+
 ANSWER_BYTES = 17
 """A "keep" answer: ``b"1"``, the sample seed and the sample size (8 bytes each, big-endian)."""
 
@@ -107,5 +110,5 @@ def sample_index(numel: int, seed: int, size: int, torch: Any, device: Any = "cp
     return make_sampler(torch)(numel, seed, size, device)
 
 
-__all__ = ["ANSWER_BYTES", "SAMPLER_OPS", "sample_size", "encode_keep", "decode_keep", "make_sampler", "sample_index",
+__all__ = ["CHECK_ALL_TIMED", "ANSWER_BYTES", "SAMPLER_OPS", "sample_size", "encode_keep", "decode_keep", "make_sampler", "sample_index",
            "splitmix64"]

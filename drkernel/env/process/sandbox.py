@@ -424,6 +424,21 @@ class CandidateProcess:
         self.close()
 
 
+ProcessSource = Callable[[str, float], CandidateProcess]
+"""``acquire(device, timeout_s)``: where an evaluation gets its processes (a warm pool, or :func:`fresh_process`)."""
+
+
+def fresh_process(device: str, timeout_s: float) -> CandidateProcess:
+    """A newly started candidate process (no warm pool)."""
+    proc = CandidateProcess(device)
+    proc.warm = False  # type: ignore[attr-defined]
+    return proc.wait_ready(timeout_s)
+
+
+def close_process(proc: CandidateProcess) -> None:
+    proc.close()
+
+
 _SHM_MIN_FREE = 4 << 30
 START_METHODS = ("zygote", "exec")
 
