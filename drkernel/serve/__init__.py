@@ -6,8 +6,7 @@ Public names are imported lazily: ``import drkernel.serve`` pulls in neither Fas
     from drkernel.serve import RemoteGrader, RayGrader
 
 The server is started by the ``drkernel serve`` command (:mod:`drkernel.cli.serve`, also ``python -m
-drkernel serve``). This package was ``drkernel.env.service`` before; that name still imports, with a
-DeprecationWarning, for one release.
+drkernel serve``).
 """
 
 from __future__ import annotations
