@@ -9,6 +9,27 @@ Public names (imported lazily, so ``import drkernel.env`` stays cheap)::
 ``evaluate(task, source, *, seed, config)`` grades one candidate in the calling thread (``source`` is
 source text; only a ``pathlib.Path`` is read from disk). ``check_grader(make_grader)`` is the
 conformance suite any Grader implementation passes.
+
+Where things live. Five rooms, one concern each; each room's ``stages.py`` holds its stages of an
+evaluation:
+
+* ``tasks/``: what is graded against: loading a task, suites, prepared tasks with their cached
+  reference outputs, the float64 oracle.
+* ``process/``: the candidate's process: started (zygote, exec), limited, confined, ended; the
+  worker inside it and its request loop; outputs read back through shared memory; the compiler.
+* ``guards/``: what keeps a candidate honest: static checks, the audit hook, the seal, the table
+  of findings.
+* ``measure/``: time and whose work it is: the calling procedure, the launch budget, the GPU gate,
+  the reference's timing, spot checks, profiling and attribution.
+* ``judge/``: whether an output is right and what the model is told: comparison, the precision
+  verdict and its kernels, feedback.
+
+At this level stay the modules every room shares or that put the rooms together: the contracts
+(:mod:`.config` the settings, :mod:`.protocol` the grader-worker messages, :mod:`.result` the
+result and its stages, :mod:`.device` the grader's own use of the device), which import no room at
+module level, and the assembly on top: :mod:`.evaluation` (one candidate: the pipeline of stages),
+:mod:`.grader` (the ``Grader`` protocol and ``LocalGrader``) and :mod:`.conformance`. Imports
+between modules go one way (``tests/env/test_import_layers.py`` fails on any cycle).
 """
 
 from __future__ import annotations

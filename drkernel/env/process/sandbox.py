@@ -500,7 +500,7 @@ def worker_env(device: str) -> dict[str, str]:
     # from a directory holding another drkernel (an older checkout, say) ran that one's worker under
     # this grader. Python >= 3.11 leaves it out; the zygote also starts in the package's root.
     env["PYTHONSAFEPATH"] = "1"
-    # One thread of work: torch runs with one intra-op thread (worker.py), and the BLAS under NumPy
+    # One thread of work: torch runs with one intra-op thread (process/harness.py), and the BLAS under NumPy
     # (the interpreter's tl.dot) with one, so any CPU time on another thread is the candidate's
     # (evaluation's other-threads check).
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
