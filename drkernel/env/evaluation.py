@@ -440,7 +440,7 @@ def as_task(task: Task | os.PathLike | str, entry_point: str = "Model") -> Task:
 
 
 def as_source(candidate: str | os.PathLike) -> str:
-    """Candidate source: a str *is* the source (model output is only ever source, issue 8 defect 2);
+    """Candidate source: a str *is* the source (model output is only ever source);
     only an explicit ``pathlib.Path`` is read from disk."""
     if isinstance(candidate, os.PathLike):
         return Path(candidate).read_text(encoding="utf-8", errors="replace")

@@ -165,8 +165,8 @@ class LocalGrader(GraderBase):
     * **Memory contention is not a verdict**: the candidates of one GPU share its memory, so a
       candidate that runs out of GPU memory while others ran beside it is graded again with the GPU
       to itself (new evaluations wait, running ones finish); that verdict stands and
-      ``details["retried_alone"]`` keeps the first error. (H100, 2026-11-26: an honest batched-matmul
-      kernel failed a trial with CUDA OOM beside the red-team corpus's memory-hungry candidates.)
+      ``details["retried_alone"]`` keeps the first error (an honest batched-matmul kernel failed a
+      trial with CUDA OOM beside the red-team corpus's memory-hungry candidates).
     * **Cached references**: a task is loaded once and its reference outputs per seed are reused
       across candidates (``cache_tasks`` tasks, ``ref_cache_bytes`` of outputs per task, kept on
       the evaluation device: at most ``cache_tasks * ref_cache_bytes``, 8 GiB by default).
