@@ -98,16 +98,19 @@ def load_tokenizer(path: str | Path) -> Any:
 
 
 def build_tiny_model(tokenizer: Any, *, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4,
-                     intermediate_size: int | None = None, max_positions: int = 8192, seed: int = 0) -> Any:
+                     intermediate_size: int | None = None, max_positions: int = 8192, seed: int = 0,
+                     num_kv_heads: int | None = None) -> Any:
     """A randomly initialised Qwen2-architecture causal LM sized to ``tokenizer``.
 
-    The weights come from a private RNG stream seeded with ``seed`` (the global RNG is untouched).
+    ``num_kv_heads``: grouped-query attention's key/value heads (default ``num_heads``: plain
+    multi-head). The weights come from a private RNG stream seeded with ``seed`` (the global RNG is
+    untouched).
     """
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(
         vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=intermediate_size or 2 * hidden_size,
-        num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_heads,
+        num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads or num_heads,
         max_position_embeddings=max_positions, tie_word_embeddings=True,
         bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
     )

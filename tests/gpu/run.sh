@@ -6,6 +6,9 @@
 #                                         probe sweep (suite authors' tools, not in the default)
 #                                         verl (3 verl PPO steps with vLLM; needs the carried wheels
 #                                         installed first: tests/gpu/verl/README.md; not in the default)
+#                                         verl_scaling (the stage at 1, 2, 4 GPUs: SCALING, PRESET), verl_sft
+#                                         (SFT export -> verl SFT -> RL from it); same wheels; not in the default
+#                                         trl (examples/trl_grpo.py, 2 GRPO steps; needs the trl extra's wheels)
 #                                         rollout (local generation tokens/s; not in the default)
 #                                         redteam (the black-box corpus; OLD_DRKERNEL=dir for a before run)
 #                                         precision (the oracle's GPU tests, the precision corpus, its cost)
@@ -130,6 +133,15 @@ for stage in $STAGES; do
     # ---- end rollout
     # --- verl: real verl PPO steps with vLLM rollouts (tests/gpu/verl/README.md) ---------------
     verl)     OUT="$OUT" bash tests/gpu/verl/ppo_steps.sh || status=1 ;;
+    # the stage at SCALING's GPU counts (GPUS[:TP], default "1 2 4") on PRESET (1.5b), one table
+    verl_scaling) OUT="$OUT" bash tests/gpu/verl/scaling.sh ${SCALING:-1 2 4} || status=1 ;;
+    # the recipe chain on one GPU: the agent's SFT export -> verl SFT -> RL from its checkpoint
+    verl_sft) OUT="$OUT" bash tests/gpu/verl/sft_chain.sh || status=1 ;;
+    # the TRL example (drkernel.integrations.trl): 2 GRPO steps with the tiny model on this GPU
+    trl)      $PY -m pytest tests/gpu/test_gpu_trl.py -o addopts="" -q -ra -p no:cacheprovider 2>&1 | tee "$OUT/trl.log" \
+                | tail -5 || status=1
+              $PY examples/trl_grpo.py --device cuda --steps 2 --out "$OUT/trl" 2>&1 | tail -3 | tee -a "$OUT/trl.log" \
+                || status=1 ;;
     # ------------------------------------------------------------------------------------------
     # ---- service_soak (on demand: bash tests/gpu/run.sh service_soak; SOAK_COUNT=200 by default) ----
     # drkernel serve under worker kills and a server restart, real grading on the GPU, verdicts

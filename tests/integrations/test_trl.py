@@ -42,15 +42,15 @@ def _example():
     return trl_grpo
 
 
-def eval_kernel_reward(candidate: str, seed: int, tmp_path: Path) -> float:
-    """``drkernel eval-kernel --device cpu --no-timing --seed S --json`` -> drkernel.rewards' reward."""
+def eval_kernel_reward(candidate: str, seed: int, tmp_path: Path, device: str = "cpu") -> float:
+    """``drkernel eval-kernel --device D --no-timing --seed S --json`` -> drkernel.rewards' reward."""
     from drkernel.cli import main
 
     path = tmp_path / "candidate.py"
     path.write_text(candidate)
     out = io.StringIO()
     with redirect_stdout(out):
-        assert main(["eval-kernel", "--task", str(TASK), "--candidate", str(path), "--device", "cpu",
+        assert main(["eval-kernel", "--task", str(TASK), "--candidate", str(path), "--device", device,
                      "--seed", str(seed), "--no-timing", "--json"]) == 0
     return compute_reward(json.loads(out.getvalue()))
 
@@ -63,7 +63,14 @@ def example():
 @pytest.mark.slow
 @pytest.mark.parametrize("components", [False, True], ids=["total", "components"])
 def test_two_grpo_steps_on_cpu_and_the_trainers_rewards_match_eval_kernel(example, components, tmp_path):
-    args = example.Args(out=str(tmp_path), steps=2, components=components, timing=False, capacity=2)
+    two_steps_and_known_rewards(example, components, tmp_path, device="cpu")
+
+
+def two_steps_and_known_rewards(example, components: bool, tmp_path: Path, device: str) -> None:
+    """Two GRPO steps of the example on ``device``; then the trainer's reward path on the bundled
+    solution, a wrong kernel and a hack equals ``drkernel eval-kernel`` + ``drkernel.rewards`` on them
+    (tests/gpu/test_gpu_trl.py runs it on CUDA)."""
+    args = example.Args(out=str(tmp_path), steps=2, components=components, timing=False, capacity=2, device=device)
     grader = example.build_grader(args)
     reward = KernelReward(grader, seed=args.seed, own_grader=True)
     try:
@@ -90,7 +97,7 @@ def test_two_grpo_steps_on_cpu_and_the_trainers_rewards_match_eval_kernel(exampl
     finally:
         reward.close()
     seed = reward.grade_seed("01_relu")
-    expected = [eval_kernel_reward(code, seed, tmp_path) for code in KERNELS.values()]
+    expected = [eval_kernel_reward(code, seed, tmp_path, device) for code in KERNELS.values()]
     assert expected == [0.5, 0.0, 0.0]  # recipe: 0.5 c (timing off: no speedup or coverage term)
     assert rewards == expected
     if components:  # [c, c s~, c cov, hacked] of solution, wrong, hack

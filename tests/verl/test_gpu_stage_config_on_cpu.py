@@ -21,11 +21,12 @@ STAGE = ROOT / "tests" / "gpu" / "verl"
 SUITE = ROOT / "envs" / "single_ops"
 
 
-def stage_overrides(work: Path, steps: int = 3) -> list[str]:
+def stage_overrides(work: Path, steps: int = 3, gpus: int = 1, tp: int = 1) -> list[str]:
     """overrides.txt as ppo_steps.sh expands it (comments and blank lines dropped, $VARS replaced),
     plus the runtime_env lines it forwards."""
     subst = {"$MODEL": str(work / "model"), "$DATA": str(work / "data"), "$WORK": str(work), "$SUITE": str(SUITE),
-             "$STEPS": str(steps)}
+             "$STEPS": str(steps), "$GPUS": str(gpus), "$TP": str(tp), "$BATCH": str(4 * gpus),
+             "$NCPUS": str(16 * gpus), "$LABEL": "verl"}
     out = []
     for line in (STAGE / "overrides.txt").read_text().splitlines():
         if not line.strip() or line.lstrip().startswith("#"):
@@ -178,3 +179,87 @@ def test_agent_loop_under_the_stage_config_with_the_stage_tokenizer(stage_cfg) -
         for c in mine:
             assert stream[: len(c["prompt"])] == c["prompt"]  # every request is a prefix of the row
     assert all(c["n"] <= 512 for c in calls if not c["scored"])  # drkernel.agent.max_tokens_per_turn
+
+
+def test_the_stage_keeps_its_per_gpu_batch_at_four_gpus_with_tensor_parallel_vllm(stage_cfg) -> None:
+    """ppo_steps.sh's GPUS=4 TP=2 (the scaling runs): 4x the prompts, one agent-loop worker and 16
+    Ray CPUs per GPU, vLLM in two replicas of two GPUs; verl's checks accept the batch sizes."""
+    from omegaconf import OmegaConf
+
+    from drkernel.train import check_config, compose
+
+    _, work = stage_cfg
+    cfg = compose(stage_overrides(work, gpus=4, tp=2))
+    r = OmegaConf.to_container(cfg, resolve=True)
+    arr = r["actor_rollout_ref"]
+    assert r["trainer"]["n_gpus_per_node"] == 4 and arr["rollout"]["n_gpus_per_node"] == 4
+    assert r["data"]["train_batch_size"] == 16 and arr["actor"]["ppo_mini_batch_size"] == 16
+    assert arr["rollout"]["tensor_model_parallel_size"] == 2 and arr["rollout"]["agent"]["num_workers"] == 4
+    assert r["ray_kwargs"]["ray_init"]["num_cpus"] == 64
+    check_config(cfg, gpu_checks=True)
+
+
+SFT_OVERRIDES = [line for line in (STAGE / "sft_overrides.txt").read_text().splitlines()
+                 if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_the_sft_chain_composes_through_the_recipe(stage_cfg, tmp_path) -> None:
+    """sft_chain.sh's SFT stage: recipes/sft_coldstart.sh --dry-run with exactly sft_overrides.txt on
+    the stage's model composes into one GPU, padded SDPA batches and a Hugging Face model saved
+    beside the shards (what the RL stage starts from)."""
+    import yaml
+
+    _, work = stage_cfg
+    env = {**os.environ, "PYTHON": sys.executable, "MODEL_PATH": str(work / "model"), "GPUS_PER_NODE": "1",
+           "SFT_FILES": str(tmp_path / "sft.parquet"), "OUTPUT_DIR": str(tmp_path / "ckpt"),
+           "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run(["bash", str(ROOT / "recipes" / "sft_coldstart.sh"), "--dry-run", *SFT_OVERRIDES],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cfg = yaml.safe_load(proc.stdout)
+    assert cfg["model"]["path"] == str(work / "model") and cfg["model"]["use_remove_padding"] is False
+    assert cfg["model"]["override_config"]["attn_implementation"] == "sdpa"
+    assert cfg["trainer"]["n_gpus_per_node"] == 1 and cfg["trainer"]["total_training_steps"] == 4
+    assert cfg["engine"]["ulysses_sequence_parallel_size"] == 1 and cfg["engine"]["use_torch_compile"] is False
+    assert "hf_model" in cfg["checkpoint"]["save_contents"]
+    assert cfg["data"]["train_files"] == str(tmp_path / "sft.parquet")
+
+
+def test_the_sft_chain_data_reads_as_verl_reads_it(stage_cfg, tmp_path) -> None:
+    """solution_episodes.py's export (two tasks graded on the CPU) through verl's
+    MultiTurnSFTDataset with the stage's tokenizer: each dialogue is user, assistant (the reference,
+    refused), feedback, assistant (the solution, passed); the per-turn chat template concatenates
+    to the whole dialogue's (no mismatch to ignore); only assistant tokens carry the loss."""
+    import pandas as pd
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+
+    sys.path.insert(0, str(STAGE))
+    try:
+        import solution_episodes
+    finally:
+        sys.path.remove(str(STAGE))
+    _, work = stage_cfg
+    env = {**os.environ, "TRITON_INTERPRET": "1",
+           "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run([sys.executable, str(STAGE / "solution_episodes.py"), "--suite", str(SUITE), "--out",
+                           str(tmp_path), "--tasks", "2", "--device", "cpu"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    df = pd.read_parquet(tmp_path / "sft.parquet")
+    assert len(df) == 2
+    roles = [[m["role"] for m in msgs] for msgs in df["messages"]]
+    assert roles == [["user", "assistant", "user", "assistant"]] * 2
+    assert "```python" in df["messages"][0][3]["content"] and "ModelNew" in df["messages"][0][1]["content"]
+    assert solution_episodes.first_reply("class Model(nn.Module): pass").count("ModelNew") == 1
+    tok = AutoTokenizer.from_pretrained(str(work / "model"))
+    data = {k.split("=", 1)[0].removeprefix("data."): k.split("=", 1)[1] for k in SFT_OVERRIDES if k.startswith("data.")}
+    config = OmegaConf.create({"max_length": int(data["max_length"]), "truncation": data["truncation"],
+                               "messages_key": "messages", "ignore_input_ids_mismatch": False, "pad_mode": "no_padding"})
+    ds = MultiTurnSFTDataset(str(tmp_path / "sft.parquet"), tok, config)
+    item = ds[0]
+    ids, mask = item["input_ids"], item["loss_mask"]
+    assert 0 < int(mask.sum()) < len(ids) <= int(data["max_length"])
+    trained = tok.decode(ids[mask.bool()])
+    assert "ModelNew" in trained and "Server feedback" not in trained

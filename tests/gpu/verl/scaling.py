@@ -1,0 +1,87 @@
+"""One table from several verl-stage runs (ppo_steps.sh's ``summary.json``): how a step scales.
+
+    python tests/gpu/verl/scaling.py OUT/scale-*/summary.json > scaling.md
+
+Per run: start-up, steady-state step time and its phases (means over the steps after the first),
+tokens/s (all prompt and response tokens of a step per second of step), evaluations/s (per second
+of the rollout phase), both also per GPU, weight-sync time, the actor's peak memory per rank
+(verl's ``perf/max_memory_allocated_gb``) and the most any GPU held (nvidia-smi: FSDP rank, vLLM
+and the grader's processes together). Scaling against the one-GPU run of the same model and tensor
+parallelism: ``speedup = x(G) / x(1)``, ``efficiency = speedup / G``, for tokens/s and
+evaluations/s (the targets: 1.7x at 2 GPUs, 3.2x at 4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+TARGET_SPEEDUP = {2: 1.7, 4: 3.2}
+
+
+def _f(x, digits: int = 3) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.{digits}g}" if isinstance(x, float) else str(x)
+
+
+def speedups(runs: list[dict]) -> list[dict]:
+    """Each run with ``tok_speedup``/``eval_speedup`` (and efficiencies) against its baseline: the
+    one-GPU run of the same preset and TP 1 (None where there is none)."""
+    base = {r["preset"]: r for r in runs if r.get("gpus") == 1 and (r.get("tp") or 1) == 1}
+    out = []
+    for r in runs:
+        b = base.get(r["preset"])
+        row = dict(r)
+        for key, name in (("tokens_per_s", "tok"), ("evals_per_s", "eval")):
+            if b and r.get(key) and b.get(key):
+                row[f"{name}_speedup"] = r[key] / b[key]
+                row[f"{name}_efficiency"] = row[f"{name}_speedup"] / r["gpus"]
+        out.append(row)
+    return out
+
+
+def table(runs: list[dict]) -> str:
+    head = ["run", "model", "GPUs", "TP", "start-up s", "step s", "gen s", "update s", "w_sync s", "tok/s",
+            "tok/s/GPU", "tok speedup (eff.)", "evals/s", "evals/s/GPU", "eval speedup (eff.)",
+            "actor mem/rank GB", "max GPU held GB", "reward"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in sorted(speedups(runs), key=lambda r: (r["preset"] or "", r.get("tp") or 1, r["gpus"] or 0)):
+        g = r.get("gpus") or 1
+        peaks = r.get("gpu_mem_peak_gb") or {}
+
+        def sp(name):
+            s = r.get(f"{name}_speedup")
+            if s is None:
+                return "-"
+            mark = "" if g not in TARGET_SPEEDUP else (" ok" if s >= TARGET_SPEEDUP[g] else f" < {TARGET_SPEEDUP[g]}")
+            return f"{s:.2f}x ({r[f'{name}_efficiency']:.0%}){mark}"
+
+        cells = [r.get("label"), r.get("preset"), g, r.get("tp") or 1, r.get("startup_s"), r.get("step_s"),
+                 r.get("gen_s"), r.get("update_s"), r.get("w_sync_s"), r.get("tokens_per_s"),
+                 r["tokens_per_s"] / g if r.get("tokens_per_s") else None, sp("tok"), r.get("evals_per_s"),
+                 r["evals_per_s"] / g if r.get("evals_per_s") else None, sp("eval"), r.get("mem_alloc_gb"),
+                 max(peaks.values()) if peaks else None, r.get("reward")]
+        lines.append("| " + " | ".join(_f(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("summaries", nargs="+", help="summary.json files of ppo_steps.sh runs")
+    args = ap.parse_args(argv)
+    runs = []
+    for p in args.summaries:
+        path = Path(p)
+        if path.exists():
+            runs.append(json.loads(path.read_text()))
+        else:
+            print(f"scaling: {p} missing (the run did not finish)", file=sys.stderr)
+    sys.stdout.write(table(runs))
+    return 0 if runs else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The verl stage at several GPU counts, one run after another on one machine (the wheels staged and
+# installed once: tests/gpu/verl/README.md), then one table (scaling.py):
+#   OUT=/tmp/out PRESET=1.5b STEPS=3 bash tests/gpu/verl/scaling.sh 1 2 4 2:2
+# Each argument is GPUS[:TP]; run K uses GPUs 0..GPUS-1 (CUDA_VISIBLE_DEVICES), the same per-GPU
+# batch (ppo_steps.sh), results in $OUT/scale-$PRESET-g$GPUS-tp$TP/. Writes $OUT/scaling.md.
+# No checkpoint is saved (trainer.save_freq=-1: the steps are what is measured; the SFT chain and
+# the verl stage save theirs). PPO_TIMEOUT (per run, default 420 s) bounds each run. Exit status:
+# 1 if any run failed.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
+cd "$ROOT"
+source tests/gpu/verl/env.sh
+PY="${PYTHON:-python3}"
+OUT="${OUT:-/tmp/drkernel-gpu}"
+PRESET="${PRESET:-1.5b}"
+# NVLink multicast off (the device's KINDS.md): NCCL, torch symmetric memory and NVSHMEM
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+status=0
+summaries=()
+for spec in "$@"; do
+  g="${spec%%:*}"; tp="${spec#*:}"; [ "$tp" = "$spec" ] && tp=1
+  label="scale-$PRESET-g$g-tp$tp"
+  OUT="$OUT" GPUS="$g" TP="$tp" PRESET="$PRESET" LABEL="$label" \
+    CUDA_VISIBLE_DEVICES="$(seq -s, 0 $((g - 1)))" bash tests/gpu/verl/ppo_steps.sh trainer.save_freq=-1 || status=1
+  ray stop --force > /dev/null 2>&1 || true  # nothing of this run may hold a GPU in the next
+  summaries+=("$OUT/$label/summary.json")
+done
+$PY tests/gpu/verl/scaling.py "${summaries[@]}" | tee "$OUT/scaling.md"
+exit $status
