@@ -14,7 +14,7 @@ Where things live. Five rooms, one concern each; each room's ``stages.py`` holds
 evaluation:
 
 * ``tasks/``: what is graded against: loading a task, suites, prepared tasks with their cached
-  reference outputs, the float64 oracle.
+  reference outputs, the float64 oracle, the reference's timing.
 * ``process/``: the candidate's process: started (zygote, exec), limited, confined, ended; the
   worker inside it and its request loop; outputs read back through shared memory; the compiler.
 * ``guards/``: what keeps a candidate honest: static checks, the audit hook, the seal, the table
@@ -24,12 +24,15 @@ evaluation:
 * ``judge/``: whether an output is right and what the model is told: comparison, the precision
   verdict and its kernels, feedback.
 
-At this level stay the modules every room shares or that put the rooms together: the contracts
-(:mod:`.config` the settings, :mod:`.protocol` the grader-worker messages, :mod:`.result` the
-result and its stages, :mod:`.device` the grader's own use of the device), which import no room at
-module level, and the assembly on top: :mod:`.evaluation` (one candidate: the pipeline of stages),
-:mod:`.grader` (the ``Grader`` protocol and ``LocalGrader``) and :mod:`.conformance`. Imports
-between modules go one way (``tests/env/test_import_layers.py`` fails on any cycle).
+At this level stay the modules every room shares or that put the rooms together: below the rooms
+the contracts (:mod:`.config` the settings, :mod:`.protocol` the grader-worker messages,
+:mod:`.result` the result and its stages, :mod:`.faults` the candidate's failures inside a worker,
+:mod:`.device` the grader's own use of the device), on top the assembly (:mod:`.evaluation`: one
+candidate, the pipeline of stages; :mod:`.grader`: the ``Grader`` protocol and ``LocalGrader``;
+:mod:`.conformance`). Imports go one way: contracts, then guards, judge, measure, tasks, process,
+then the rooms' stages, then the assembly; ``tests/env/test_import_layers.py`` fails on an import
+cycle, on an import up these layers (two lazy ones are listed there with their reasons) and on a
+file over 800 lines.
 """
 
 from __future__ import annotations

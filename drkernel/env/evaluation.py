@@ -29,7 +29,7 @@ the verdict raises :class:`~drkernel.env.result.Stop`. Across the two processes:
     determinism: trial 1 again, other garbage
     [GPU gate, exclusive]
       reference timing: cached, or measured now in
-        a clean worker (drkernel.env.measure.reference_timing)
+        a clean worker (drkernel.env.tasks.reference_timing)
       timed calls: seeds, factors, reload seeds ->  warm-up + timed calls, each fenced
         keep this output?  (decided now)        <-   after each timed call
                                                 <-   device records, kept outputs
@@ -66,7 +66,7 @@ from drkernel.env.device import evaluation_stream, fp32_exact, resolve_device
 from drkernel.env.guards import stages as guards
 from drkernel.env.judge import stages as judge
 from drkernel.env.judge.precision import policy as precision_policy
-from drkernel.env.measure import gpu_clock, reference_timing
+from drkernel.env.measure import gpu_clock
 from drkernel.env.measure import stages as measure
 from drkernel.env.measure.attribution import CallWindow
 from drkernel.env.measure.gate import DeviceGate, Lease, device_gate
@@ -74,6 +74,7 @@ from drkernel.env.process import stages as process
 from drkernel.env.process.sandbox import CandidateFailure, CandidateProcess, ProcessSource, close_process, fresh_process
 from drkernel.env.protocol import Reply
 from drkernel.env.result import EnvironmentFailure, EvalError, EvalResult, Stage, Stop
+from drkernel.env.tasks import reference_timing
 from drkernel.env.tasks import stages as tasks
 from drkernel.env.tasks.prepared import PreparedTask, TrialKey
 from drkernel.env.tasks.task import SCALE_ENDS, Task, TaskError, trial_seeds

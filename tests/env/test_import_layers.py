@@ -4,6 +4,8 @@
   of a ``drkernel.env`` module anywhere in a file: at module level, inside a function, under
   ``if TYPE_CHECKING:``. ``from pkg import name`` is an edge to ``pkg.name`` when that is a module,
   else to ``pkg``; importing a module also runs its packages' ``__init__``, so those are edges too.
+* Imports one way between the rooms: a module imports only its own room and the rooms below it
+  (:data:`LAYERS`, lowest first), except the few lazy imports in :data:`UPWARD`, each with why.
 * No file in ``drkernel/env`` over :data:`MAX_LINES` lines.
 """
 
@@ -15,6 +17,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "drkernel" / "env"
 MAX_LINES = 800
+
+#: The grader's layers, lowest first: the contracts every room shares, the five rooms' own modules,
+#: the rooms' stages of an evaluation, and the assembly on top.
+LAYERS = (
+    ("contracts", ("config", "protocol", "result", "faults", "device")),
+    ("guards", ("guards",)),
+    ("judge", ("judge",)),
+    ("measure", ("measure",)),
+    ("tasks", ("tasks",)),
+    ("process", ("process",)),
+    ("stages", ("guards.stages", "judge.stages", "measure.stages", "tasks.stages", "process.stages")),
+    ("assembly", ("", "evaluation", "grader", "conformance")),
+)
+
+#: Imports against the layers, all inside a function, each with its reason.
+UPWARD = {
+    ("config", "judge.precision"): "EvalConfig.validate checks a policy name with the judge's own lookup",
+    ("measure.timing", "tasks.task"): "the worker scales timed inputs with the grader's scale_floats, so both "
+                                      "sides build bit-identical tensors",
+}
 
 
 def module_name(path: Path) -> str:
@@ -157,12 +179,48 @@ def test_the_resolver_sees_every_kind_of_import():
     assert find_cycles({"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3}, "d": {"a": 4}}) == [(["a", "b", "c", "a"], ["a", "b", "c"])]
 
 
+def test_every_module_has_one_layer():
+    names = [m.removeprefix("drkernel.env").removeprefix(".") for m in modules()]
+    assert {LAYERS[layer_of("drkernel.env." + n if n else "drkernel.env")][0] for n in names} == {name for name, _ in LAYERS}
+    assert LAYERS[layer_of("drkernel.env.judge.stages")][0] == "stages"
+    assert LAYERS[layer_of("drkernel.env.judge.compare")][0] == "judge"
+
+
 def test_no_import_cycle_among_grader_modules():
     graph = import_graph()
     cycles = find_cycles(graph)
     assert not cycles, "import cycles among drkernel.env modules (import one way: move the shared piece " \
                        "down to a module both sides can import):\n" + "\n".join(describe(c, m, graph) for c, m in cycles)
 
+
+
+def layer_of(module: str) -> int:
+    """The index in :data:`LAYERS` of a ``drkernel.env`` module (its most specific match)."""
+    rel = module.removeprefix("drkernel.env").removeprefix(".")
+    best = None
+    for k, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if rel == prefix or (prefix and rel.startswith(prefix + ".")):
+                if best is None or len(prefix) > best[1]:
+                    best = (k, len(prefix))
+    assert best is not None, f"{module} is in no layer: add it to LAYERS"
+    return best[0]
+
+
+def test_imports_go_one_way_between_the_rooms():
+    graph = import_graph()
+    short = lambda m: m.removeprefix("drkernel.env.")  # noqa: E731
+
+    def allowed(a: str, b: str) -> bool:  # (a listed import also runs its package's __init__)
+        return any(x == short(a) and (t == short(b) or t.startswith(short(b) + ".")) for x, t in UPWARD)
+
+    upward = [f"  {short(a)} (line {line}, layer {LAYERS[layer_of(a)][0]}) imports {short(b)} "
+              f"(layer {LAYERS[layer_of(b)][0]})"
+              for a, targets in sorted(graph.items()) for b, line in sorted(targets.items())
+              if layer_of(b) > layer_of(a) and not allowed(a, b)]
+    assert not upward, "imports up the layers (move the shared piece down, or the importer up):\n" + "\n".join(upward)
+    stale = [pair for pair in UPWARD if pair[1] not in {short(b) for b in graph.get("drkernel.env." + pair[0], {})}]
+    assert not stale, f"UPWARD lists imports that are gone: {stale}"
 
 
 def test_no_grader_file_over_the_line_limit():

@@ -2,7 +2,7 @@
 
 ``launch_flags_cpu(ev)`` judges the CPU interpreter's launch counts after the correctness calls.
 With the GPU held exclusively: ``reference_process`` and ``time_reference`` (cached, or measured
-now in a clean worker, :mod:`~drkernel.env.measure.reference_timing`), ``timed_calls`` (warm-up and
+now in a clean worker, :mod:`~drkernel.env.tasks.reference_timing`), ``timed_calls`` (warm-up and
 timed calls; which outputs are kept is decided after each call). Then ``records`` (the worker's
 device records), ``timing`` (the records' findings, the spot checks of the kept outputs,
 ``spot_check``, and the times) and ``attribute`` (coverage, own launches, host copies and side
@@ -24,7 +24,7 @@ import torch
 
 from drkernel.env.device import release_if_short
 from drkernel.env.judge import stages as judge
-from drkernel.env.measure import gpu_clock, reference_timing
+from drkernel.env.measure import gpu_clock
 from drkernel.env.measure.attribution import (CallWindow, ForgedRecords, coverage_of, cut_windows, own_outside_windows,
                                               top_kernels)
 from drkernel.env.measure.gate import Lease
@@ -35,6 +35,7 @@ from drkernel.env.process.sandbox import CandidateProcess
 from drkernel.env.process.tensor_io import TensorIOError, read_tensor
 from drkernel.env.protocol import EventsRequest, TimeRequest
 from drkernel.env.result import Stage, Stop
+from drkernel.env.tasks import reference_timing
 
 
 def launch_flags_cpu(ev: Evaluation) -> None:

@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from drkernel.env.process.faults import CandidateError, trim_traceback
+from drkernel.env.faults import CandidateError, trim_traceback
 
 if TYPE_CHECKING:
     from drkernel.env.measure.budget import LaunchBudget

@@ -15,7 +15,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from drkernel.env.process.faults import CandidateError, trim_traceback
+from drkernel.env.faults import CandidateError, trim_traceback
 from drkernel.env.process.loading import import_file, laps
 
 _perf = time.perf_counter

@@ -12,7 +12,7 @@ PRELOAD = ("numpy", "torch", "torch.profiler", "torch.utils._python_dispatch", "
            "triton.runtime.cache", "drkernel.env.process.worker", "drkernel.env.protocol", "drkernel.env.measure.launches",
            "drkernel.env.process.tensor_io", "drkernel.env.judge.compare", "drkernel.env.measure.profiling", "drkernel.env.tasks.task",
            "drkernel.env.measure.timing", "drkernel.env.measure.budget", "drkernel.env.guards.audit", "drkernel.env.process.confine",
-           "drkernel.env.process.triton_cache", "drkernel.env.guards.hacks", "drkernel.env.process.faults", "drkernel.env.process.seccomp",
+           "drkernel.env.process.triton_cache", "drkernel.env.guards.hacks", "drkernel.env.faults", "drkernel.env.process.seccomp",
            "drkernel.env.process.precompile",
            # what a compiler (drkernel.env.process.precompile) would import on its first meta tensor and its
            # first compile: 2.3-5 s of every compiler on an H100 machine (sympy; torch._dynamo, which

@@ -34,7 +34,7 @@ import sys
 import time
 from multiprocessing.connection import Connection
 
-from drkernel.env.process.faults import CandidateError, trim_traceback
+from drkernel.env.faults import CandidateError, trim_traceback
 from drkernel.env.process.harness import Harness
 
 _perf = time.perf_counter

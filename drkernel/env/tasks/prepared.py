@@ -92,7 +92,7 @@ class PreparedTask:
         default_factory=lambda: [threading.RLock() for _ in range(PreparedTask.STRIPES)], repr=False)
     timings: dict[tuple, Any] = field(default_factory=dict, repr=False)
     _costs: dict[int, float] = field(default_factory=dict, repr=False)
-    """Reference timings by protocol key (:mod:`drkernel.env.measure.reference_timing`)."""
+    """Reference timings by protocol key (:mod:`drkernel.env.tasks.reference_timing`)."""
     hits: int = 0
     misses: int = 0
 
