@@ -2,8 +2,9 @@
 
 Runs in the candidate's process (:mod:`drkernel.env.process.worker` holds it in :func:`main`'s
 frame). ``op_load`` loads the task and the candidate (confined, audited, sealed first), ``op_run``
-makes one checked call, ``op_time`` the warm-up and timed calls (:func:`drkernel.env.measure.timing.run_calls`),
-``op_events`` hands back the device records. Nothing here decides a verdict.
+makes one checked call, ``op_time`` the warm-up and timed calls
+(:func:`drkernel.env.measure.timing.run_calls`), ``op_events`` hands back the device records.
+Nothing here decides a verdict.
 """
 
 from __future__ import annotations
