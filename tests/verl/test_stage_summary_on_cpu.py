@@ -31,11 +31,11 @@ def test_startup_is_the_step_1_line_less_step_1s_own_time() -> None:
 
 def test_headline_means_the_steps_after_the_first_and_peaks_memory() -> None:
     rows = [_row(1, **{"timing_s/step": 90.0, "timing_s/gen": 60.0, "perf/total_num_tokens": 9000,
-                       "drkernel/rollout/evaluations": 12, "perf/max_memory_allocated_gb": 30.0}),
+                       "drkernel/rollout/evaluations": 12, "actor/perf/max_memory_allocated_gb": 30.0}),
             _row(2, **{"timing_s/step": 20.0, "timing_s/gen": 10.0, "perf/total_num_tokens": 8000,
-                       "drkernel/rollout/evaluations": 12, "perf/max_memory_allocated_gb": 25.0}),
+                       "drkernel/rollout/evaluations": 12, "actor/perf/max_memory_allocated_gb": 25.0}),
             _row(3, **{"timing_s/step": 30.0, "timing_s/gen": 12.0, "perf/total_num_tokens": 12000,
-                       "drkernel/rollout/evaluations": 6, "perf/max_memory_allocated_gb": 26.0})]
+                       "drkernel/rollout/evaluations": 6, "actor/perf/max_memory_allocated_gb": 26.0})]
     h = summary.headline(rows, gpus=2)
     assert h["steady_steps"] == 2 and h["step_s"] == 25.0
     assert h["tokens_per_s"] == (400.0 + 400.0) / 2 and h["evals_per_s"] == (1.2 + 0.5) / 2

@@ -30,7 +30,8 @@ PHASES = [("gen", "timing_s/gen"), ("old_logp", "timing_s/old_log_prob"), ("adv"
           ("ckpt", "timing_s/save_checkpoint"), ("step", "timing_s/step")]
 
 
-MEMORY = [("mem_alloc_gb", "perf/max_memory_allocated_gb"), ("mem_reserved_gb", "perf/max_memory_reserved_gb")]
+MEMORY = [("mem_alloc_gb", "actor/perf/max_memory_allocated_gb"), ("mem_reserved_gb", "actor/perf/max_memory_reserved_gb")]
+"""The actor's peak memory on rank 0 during the update (verl logs it under ``actor/perf/``)."""
 
 MILESTONES = [  # (name, pattern): the first log line matching each, in launch order
     ("config composed", r"drkernel: resolved config saved"),
@@ -83,7 +84,7 @@ def headline(rows: list[dict], start: dict | None = None, **labels) -> dict:
            "sampled_tokens_per_s": mean("drkernel/rollout/sampled_tokens", "timing_s/gen"),
            "evals_per_s": mean("drkernel/rollout/evaluations", "timing_s/gen"),
            "evaluations": mean("drkernel/rollout/evaluations"),
-           "mem_alloc_gb": peak("perf/max_memory_allocated_gb"), "mem_reserved_gb": peak("perf/max_memory_reserved_gb"),
+           "mem_alloc_gb": peak(MEMORY[0][1]), "mem_reserved_gb": peak(MEMORY[1][1]),
            "reward": mean("drkernel/reward/mean")}
     if start:
         out.update(startup_s=start.get("startup_s"), milestones=start.get("milestones"))
