@@ -20,12 +20,12 @@ def _row(step, **d):
 
 
 def test_startup_is_the_step_1_line_less_step_1s_own_time() -> None:
-    log = "\n".join(["[    0.5] drkernel: resolved config saved to x", "[    3.0] ray init kwargs: {}",
-                     "[   40.0] INFO Loading weights took 1.2 s", "[   95.5] step:1 - timing_s/step:20.5",
+    log = "\n".join(["[    0.5] drkernel: resolved config saved to x", "[    3.0] INFO -- Started a local Ray instance.",
+                     "[   40.0] (vLLMHttpServer pid=3612) ['serve',", "[   95.5] step:1 - timing_s/step:20.5",
                      "[  110.0] step:2 - timing_s/step:14.0", "no stamp here"])
     s = summary.startup(log, step1_s=20.5)
     assert s["startup_s"] == 75.0 and s["step1_end_s"] == 95.5
-    assert s["milestones"]["ray init"] == 3.0 and s["milestones"]["vLLM weights loaded"] == 40.0
+    assert s["milestones"]["ray up"] == 3.0 and s["milestones"]["vLLM server actor"] == 40.0
     assert summary.startup("", 10.0)["startup_s"] is None
 
 
