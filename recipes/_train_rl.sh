@@ -6,7 +6,14 @@ TRAIN_FILES="${TRAIN_FILES:-data/train.parquet}"
 VAL_FILES="${VAL_FILES:-data/val.parquet}"
 NNODES="${NNODES:-1}"
 GPUS_PER_NODE="${GPUS_PER_NODE:-8}"
-GRADER_KIND="${GRADER_KIND:-local}"
+# Where kernels are graded: with GRADER_URL set, on that service's dedicated GPUs (http, the
+# placement for more than two training GPUs: colocated graders slowed 5x per evaluation from 1 to 4
+# GPUs, docs/scaling-14b.md); without it, inside each agent-loop worker on the training GPUs (local).
+if [ -n "${GRADER_URL:-}" ] && [ "${GRADER_URL}" != null ]; then
+  GRADER_KIND="${GRADER_KIND:-http}"
+else
+  GRADER_KIND="${GRADER_KIND:-local}"
+fi
 GRADER_URL="${GRADER_URL:-null}"
 GRADER_DEVICE="${GRADER_DEVICE:-cuda}"
 OUTPUT_DIR="${OUTPUT_DIR:-checkpoints/drkernel/$EXPERIMENT}"

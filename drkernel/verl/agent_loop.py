@@ -317,7 +317,10 @@ class KernelAgentLoop(AgentLoopBase):
         grade_s = grader.seconds if grader is not None else 0.0
         extra["rollout_timing"] = {  # read by drkernel's trainer (drkernel/rollout/* metrics)
             "generate_s": backend.generate_s, "grade_s": grade_s,
-            "evaluations": grader.evaluations if grader is not None else 0, "sampled_tokens": backend.sampled_tokens}
+            "evaluations": grader.evaluations if grader is not None else 0, "sampled_tokens": backend.sampled_tokens,
+            "grade_stage_s": dict(grader.stage_s) if grader is not None else {},
+            "reference_cached": grader.reference_cached if grader is not None else 0,
+            "warm_process": grader.warm_process if grader is not None else 0}
         return KernelAgentLoopOutput(
             prompt_ids=backend.prompt_ids,
             response_ids=backend.response_ids,
@@ -339,12 +342,18 @@ class KernelAgentLoop(AgentLoopBase):
 
 
 class _TimedGrader:
-    """The episode's view of the shared grader: counts its evaluations and their wall time."""
+    """The episode's view of the shared grader: counts its evaluations, their wall time, and where
+    that time went (the results' ``stage_seconds`` summed; how many found the task's reference
+    outputs cached and a warm worker process), so a slow rollout says whether grading waited on
+    cold tasks, process starts or the GPU."""
 
     def __init__(self, grader: Any):
         self.grader = grader
         self.seconds = 0.0
         self.evaluations = 0
+        self.stage_s: dict[str, float] = {}
+        self.reference_cached = 0
+        self.warm_process = 0
 
     @property
     def capacity(self) -> int:
@@ -352,11 +361,18 @@ class _TimedGrader:
 
     async def agrade(self, *args: Any, **kwargs: Any):
         t0 = time.perf_counter()
+        result = None
         try:
-            return await self.grader.agrade(*args, **kwargs)
+            result = await self.grader.agrade(*args, **kwargs)
+            return result
         finally:
             self.seconds += time.perf_counter() - t0
             self.evaluations += 1
+            details = getattr(result, "details", None) or {}
+            for name, s in (details.get("stage_seconds") or {}).items():
+                self.stage_s[name] = self.stage_s.get(name, 0.0) + float(s)
+            self.reference_cached += bool(details.get("reference_cached"))
+            self.warm_process += bool(details.get("warm_process"))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.grader, name)

@@ -175,7 +175,10 @@ class DrKernelPPOTrainer(PPOTrainerSync):
         Grading overlaps generation inside verl's ``gen`` phase, so these are sums and spreads of
         per-episode wall times, not a phase of the step: ``evaluations`` (count), ``grade_s/sum``,
         ``grade_s/max``, ``generate_s/mean``, ``generate_s/max``, ``sampled_tokens``,
-        ``solution_turns`` (testing runs with ``drkernel.agent.solution_mix``).
+        ``solution_turns`` (testing runs with ``drkernel.agent.solution_mix``); where grading's time
+        went: ``grade_stage_s/<stage>`` (the results' ``stage_seconds`` summed over the step's
+        evaluations), ``reference_cached_frac`` and ``warm_process_frac`` (shares of evaluations that
+        found the task's reference outputs cached and a warm worker process).
         """
         try:
             data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
@@ -194,6 +197,15 @@ class DrKernelPPOTrainer(PPOTrainerSync):
             "drkernel/rollout/generate_s/max": float(max(t["generate_s"] for t in timing)),
             "drkernel/rollout/sampled_tokens": float(sum(t["sampled_tokens"] for t in timing)),
         }
+        stages: dict[str, float] = {}
+        for t in timing:
+            for name, sec in (t.get("grade_stage_s") or {}).items():
+                stages[name] = stages.get(name, 0.0) + float(sec)
+        out.update({f"drkernel/rollout/grade_stage_s/{name}": sec for name, sec in sorted(stages.items())})
+        evaluations = out["drkernel/rollout/evaluations"]
+        if evaluations:
+            for key in ("reference_cached", "warm_process"):
+                out[f"drkernel/rollout/{key}_frac"] = float(sum(t.get(key, 0) for t in timing)) / evaluations
         infos = [e.get("reward_extra_info", {}) for e in extras if isinstance(e, dict)]
         if any("solution_turns" in i for i in infos):
             out["drkernel/rollout/solution_turns"] = float(sum(i.get("solution_turns", 0.0) for i in infos))

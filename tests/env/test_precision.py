@@ -234,8 +234,10 @@ def _fused_cases() -> int:
         ref = (oracle * (1 + 1e-3 * torch.randn(shape, generator=gen, dtype=torch.float64))).to(dtype)
         out = (oracle * (1 + [1e-4, 1e-2, 0][case % 3] * torch.randn(shape, generator=gen, dtype=torch.float64))).to(dtype)
         flat = out.reshape(-1)
+        flipped = None
         if case % 5 == 1:
-            flat[int(torch.randint(0, flat.numel(), (1,), generator=gen))] += 1.0
+            flipped = int(torch.randint(0, flat.numel(), (1,), generator=gen))
+            flat[flipped] += 1.0
         if case % 7 == 3:
             i = int(torch.randint(0, flat.numel(), (1,), generator=gen))
             ref.reshape(-1)[i] = float("inf")
@@ -244,6 +246,8 @@ def _fused_cases() -> int:
             flat[0] = float("nan")
         loose = oracle * (1 + 1e-2 * torch.randn(shape, generator=gen, dtype=torch.float64)) if case % 6 == 2 else None
         sigma = torch.rand(shape, generator=gen, dtype=torch.float64) * 1e-3 if case % 4 == 3 else None
+        if sigma is not None and flipped is not None:
+            sigma.reshape(-1)[flipped] = 1.0  # the oracle jumps there: the flip is excused, and leaves the norm
         compare.FUSED = True
         got = judge(out, ref, oracle, loose=loose, sigma=sigma)
         assert compare.FUSED, "the kernels failed and the torch path stood in: nothing was compared"
@@ -309,6 +313,31 @@ def test_the_sensitivity_is_asked_only_for_near_misses():
     tf32 = judge((_tf32(a) @ _tf32(b)).float(), ref, oracle)  # ~1,000x the bound: no rounding of terms
     assert not tf32.ok and not precision.near_miss(tf32)
     assert not precision.near_miss(judge(torch.zeros(3), torch.zeros(4), torch.zeros(4, dtype=torch.float64)))
+
+
+def test_a_few_flipped_steps_get_a_second_look_and_pass_only_where_the_oracle_jumps():
+    """A quantiser's output (steps of 1/8) with 3 of 65,536 elements one step away where the input
+    lies at a rounding boundary, the reference exact there: its norm is far past the bound (the
+    reference's error is 0), yet the failure sits in a few elements, so the sensitivity is asked;
+    with the oracle's jump as the sensitivity it passes, with a smooth output's it does not."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(65536, generator=g, dtype=torch.float64)
+    oracle = torch.round(x * 8) / 8
+    ref = oracle.float()
+    out = ref.clone()
+    idx = torch.tensor([11, 4_000, 60_000])
+    out[idx] += 0.125
+    cmp = judge(out, ref, oracle)
+    assert not cmp.ok and cmp.precision["flips"] == 3 and cmp.precision["elements"] == 65536
+    assert cmp.precision["rms_err"] > precision.SENSITIVITY_REACH * cmp.precision["norm_bound"]
+    assert precision.near_miss(cmp)
+    jump = torch.zeros(65536, dtype=torch.float64)
+    jump[idx] = 0.125  # the oracle moves a whole step there under a few-ulp perturbation
+    assert judge(out, ref, oracle, sigma=jump).ok
+    assert not judge(out, ref, oracle, sigma=torch.full((65536,), 1e-9, dtype=torch.float64)).ok
+    wide = ref.clone()
+    wide[:1024] += 0.125  # a wrong tile: more than a few elements, no second look
+    assert not precision.near_miss(judge(wide, ref, oracle))
 
 
 def test_the_grader_out_of_device_memory_is_an_environment_failure_not_a_task_error(monkeypatch):

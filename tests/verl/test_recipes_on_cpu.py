@@ -69,3 +69,20 @@ def test_sft_data_conversion(tmp_path) -> None:
     src.write_text(json.dumps({"messages": rec["messages"][:3]}) + "\n")
     with pytest.raises(ValueError, match="assistant"):
         jsonl_to_parquet(src, tmp_path / "bad.parquet")
+
+
+def test_a_grader_url_alone_places_grading_on_that_service(tmp_path) -> None:
+    """GRADER_URL without GRADER_KIND: the recipe grades over HTTP on the service's GPUs, not inside
+    the agent-loop workers on the training GPUs (docs/scaling-14b.md: colocated grading does not
+    scale past two GPUs); without a URL it stays local."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GRADER_KIND", "GRADER_URL")}
+    env["PYTHON"] = sys.executable
+    kinds = {}
+    for url in ("http://grader:8000", None):
+        e = {**env, **({"GRADER_URL": url} if url else {})}
+        proc = subprocess.run(["bash", str(ROOT / "recipes" / "train_8b.sh"), "--dry-run"], cwd=tmp_path, env=e,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        kinds[url] = yaml.safe_load(proc.stdout)["drkernel"]["grader"]
+    assert kinds["http://grader:8000"]["kind"] == "http" and kinds["http://grader:8000"]["url"] == "http://grader:8000"
+    assert kinds[None]["kind"] == "local"

@@ -164,6 +164,9 @@ def test_forced_turns_are_graded_as_real_kernels(mixed) -> None:
     assert timing[0]["grade_s"] > 0 and timing[1]["grade_s"] == 0 and all(t["generate_s"] > 0 for t in timing)
     assert timing[0]["sampled_tokens"] == 0 and timing[1]["sampled_tokens"] > 0
     assert outs[0].metrics.tool_calls == timing[0]["grade_s"]
+    # where the grading time went: every evaluation's stage seconds, summed per episode
+    assert timing[0]["grade_stage_s"].get("correctness", 0) > 0 and timing[1]["grade_stage_s"] == {}
+    assert 0 <= timing[0]["reference_cached"] <= 2 and 0 <= timing[0]["warm_process"] <= 2
 
 
 def test_a_forced_reply_that_does_not_fit_is_sampled(tiny_tokenizer) -> None:

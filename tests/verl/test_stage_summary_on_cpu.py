@@ -20,22 +20,22 @@ def _row(step, **d):
 
 
 def test_startup_is_the_step_1_line_less_step_1s_own_time() -> None:
-    log = "\n".join(["[    0.5] drkernel: resolved config saved to x", "[    3.0] ray init kwargs: {}",
-                     "[   40.0] INFO Loading weights took 1.2 s", "[   95.5] step:1 - timing_s/step:20.5",
+    log = "\n".join(["[    0.5] drkernel: resolved config saved to x", "[    3.0] INFO -- Started a local Ray instance.",
+                     "[   40.0] (vLLMHttpServer pid=3612) ['serve',", "[   95.5] step:1 - timing_s/step:20.5",
                      "[  110.0] step:2 - timing_s/step:14.0", "no stamp here"])
     s = summary.startup(log, step1_s=20.5)
     assert s["startup_s"] == 75.0 and s["step1_end_s"] == 95.5
-    assert s["milestones"]["ray init"] == 3.0 and s["milestones"]["vLLM weights loaded"] == 40.0
+    assert s["milestones"]["ray up"] == 3.0 and s["milestones"]["vLLM server actor"] == 40.0
     assert summary.startup("", 10.0)["startup_s"] is None
 
 
 def test_headline_means_the_steps_after_the_first_and_peaks_memory() -> None:
     rows = [_row(1, **{"timing_s/step": 90.0, "timing_s/gen": 60.0, "perf/total_num_tokens": 9000,
-                       "drkernel/rollout/evaluations": 12, "perf/max_memory_allocated_gb": 30.0}),
+                       "drkernel/rollout/evaluations": 12, "actor/perf/max_memory_allocated_gb": 30.0}),
             _row(2, **{"timing_s/step": 20.0, "timing_s/gen": 10.0, "perf/total_num_tokens": 8000,
-                       "drkernel/rollout/evaluations": 12, "perf/max_memory_allocated_gb": 25.0}),
+                       "drkernel/rollout/evaluations": 12, "actor/perf/max_memory_allocated_gb": 25.0}),
             _row(3, **{"timing_s/step": 30.0, "timing_s/gen": 12.0, "perf/total_num_tokens": 12000,
-                       "drkernel/rollout/evaluations": 6, "perf/max_memory_allocated_gb": 26.0})]
+                       "drkernel/rollout/evaluations": 6, "actor/perf/max_memory_allocated_gb": 26.0})]
     h = summary.headline(rows, gpus=2)
     assert h["steady_steps"] == 2 and h["step_s"] == 25.0
     assert h["tokens_per_s"] == (400.0 + 400.0) / 2 and h["evals_per_s"] == (1.2 + 0.5) / 2

@@ -98,7 +98,9 @@ def test_compute_advantage_reads_and_writes_transfer_queue_fields(monkeypatch) -
 
 
 def test_rollout_metrics_from_the_episodes_extra_fields(monkeypatch) -> None:
-    timing = [{"generate_s": 1.0 + i, "grade_s": 2.0 * i, "evaluations": i, "sampled_tokens": 10 * i} for i in range(4)]
+    timing = [{"generate_s": 1.0 + i, "grade_s": 2.0 * i, "evaluations": i, "sampled_tokens": 10 * i,
+               "grade_stage_s": {"references": 0.5 * i, "timing": 1.0}, "reference_cached": i // 2,
+               "warm_process": i} for i in range(4)]
     extras = NonTensorStack(*[{"rollout_timing": t, "reward_extra_info": {"solution_turns": float(i % 2)}}
                               for i, t in enumerate(timing)])
     td = TensorDict({"extra_fields": extras}, batch_size=4)
@@ -113,6 +115,9 @@ def test_rollout_metrics_from_the_episodes_extra_fields(monkeypatch) -> None:
     assert m["drkernel/rollout/evaluations"] == 6.0 and m["drkernel/rollout/grade_s/sum"] == 12.0
     assert m["drkernel/rollout/grade_s/max"] == 6.0 and m["drkernel/rollout/generate_s/mean"] == 2.5
     assert m["drkernel/rollout/sampled_tokens"] == 60.0 and m["drkernel/rollout/solution_turns"] == 2.0
+    # where grading's time went: stage seconds summed, shares of evaluations over 6
+    assert m["drkernel/rollout/grade_stage_s/references"] == 3.0 and m["drkernel/rollout/grade_stage_s/timing"] == 4.0
+    assert m["drkernel/rollout/reference_cached_frac"] == 2 / 6 and m["drkernel/rollout/warm_process_frac"] == 1.0
     # metrics only: a batch without the field logs nothing and never fails the step
     monkeypatch.setattr(trainer_mod.tq, "kv_batch_get", lambda **kw: TensorDict({}, batch_size=4))
     assert t._rollout_metrics(_Meta()) == {}

@@ -50,15 +50,16 @@ def first_pass(cf: Any, rf: Any, of: Any, lf: Any, p_out: int, low_out: int) -> 
 
 
 def second_pass(cf: Any, rf: Any, of: Any, lf: Any, sf: Any, coef: list[float], p_out: int, low_out: int,
-                p_work: int, low_work: int) -> tuple[float, float, int, int, int, float, int, float]:
+                p_work: int, low_work: int) -> tuple[float, float, int, int, int, float, int, float, float]:
     """``(sum work^2 (float32's ulp at max(|o|, rms o)), max e_c among the candidate's flips, flips, reference flips, non-finite
-    unmatched, worst gap, its flat index, sum sigma^2)``; ``coef``: ``[e_scale, rms_o, K_ELEM, A_OUT, A_WORK, K_SENS]``."""
+    unmatched, worst gap, its flat index, sum sigma^2, sum e_c^2 of the elements within the bound only by
+    the sensitivity)``; ``coef``: ``[e_scale, rms_o, K_ELEM, A_OUT, A_WORK, K_SENS]``."""
     import torch
 
     k = _build()
     n, dev = rf.numel(), rf.device
     p = k.triton.cdiv(n, BLOCK)
-    f = torch.empty(4 * p, dtype=torch.float64, device=dev)
+    f = torch.empty(5 * p, dtype=torch.float64, device=dev)
     i = torch.empty(4 * p, dtype=torch.int64, device=dev)
     ct = torch.tensor(coef, dtype=torch.float64, device=dev)
     s = sf.to(device=dev, dtype=torch.float64).contiguous() if sf is not None else ct
@@ -66,11 +67,11 @@ def second_pass(cf: Any, rf: Any, of: Any, lf: Any, sf: Any, coef: list[float], 
         k.pass2[(p,)](cf, rf, of, lf if lf is not None else of, s, ct, n, f, i, p, HAS_L=lf is not None,
                          HAS_S=sf is not None, P_OUT=p_out, LOW_OUT=max(low_out, -1022), P_WORK=p_work,
                          LOW_WORK=max(low_work, -1022), BLOCK=BLOCK, num_warps=4, enable_fp_fusion=False)
-    f, i = f.view(4, p), i.view(4, p)
+    f, i = f.view(5, p), i.view(4, p)
     b = int(torch.argmax(f[2]))
-    head = torch.stack([f[0].sum(), f[1].amax(), f[2][b], f[3].sum()]).tolist()
+    head = torch.stack([f[0].sum(), f[1].amax(), f[2][b], f[3].sum(), f[4].sum()]).tolist()
     counts = i[:3].sum(dim=1).tolist()
-    return head[0], head[1], counts[0], counts[1], counts[2], head[2], int(i[3][b]), head[3]
+    return head[0], head[1], counts[0], counts[1], counts[2], head[2], int(i[3][b]), head[3], head[4]
 
 
 __all__ = ["first_pass", "second_pass", "BLOCK"]

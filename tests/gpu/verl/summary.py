@@ -30,18 +30,18 @@ PHASES = [("gen", "timing_s/gen"), ("old_logp", "timing_s/old_log_prob"), ("adv"
           ("ckpt", "timing_s/save_checkpoint"), ("step", "timing_s/step")]
 
 
-MEMORY = [("mem_alloc_gb", "perf/max_memory_allocated_gb"), ("mem_reserved_gb", "perf/max_memory_reserved_gb")]
+MEMORY = [("mem_alloc_gb", "actor/perf/max_memory_allocated_gb"), ("mem_reserved_gb", "actor/perf/max_memory_reserved_gb")]
+"""The actor's peak memory on rank 0 during the update (verl logs it under ``actor/perf/``)."""
 
-MILESTONES = [  # (name, pattern): the first log line matching each, in launch order
+MILESTONES = [  # (name, pattern): the first log line matching each (patterns of verl 0.9.1 / vLLM 0.24)
     ("config composed", r"drkernel: resolved config saved"),
-    ("ray init", r"ray init kwargs|Started a local Ray instance"),
-    ("workers spawned", r"WorkerDict pid=|ActorRolloutRefWorker|init_model"),
-    ("vLLM engine init", r"Initializing a V1 LLM engine|vLLM engine.*init|init engine"),
-    ("vLLM weights loaded", r"Loading weights took|Model loading took"),
-    ("vLLM KV cache", r"KV cache|GPU KV cache size"),
-    ("vLLM ready", r"init engine .* took|Application startup complete|engine ready|Starting vLLM API server"),
-    ("agent loop workers", r"AgentLoopWorker|agent loop"),
-    ("first generation", r"drkernel.*(episode|grader)|Generating|gen:"),
+    ("ray up", r"Started a local Ray instance|ray init kwargs"),
+    ("worker group created", r"create worker group"),
+    ("actor initialised", r"actor and ref model engine initialized"),
+    ("vLLM server actor", r"vLLMHttpServer pid=.*\['serve'"),
+    ("vLLM engine core", r"EngineCore pid="),
+    ("all initialised", r"all initialize finished"),
+    ("agent-loop workers", r"AgentLoopWorker"),
     ("step 1 end", r"step:1 - "),
 ]
 _STAMP = re.compile(r"^\[\s*([0-9.]+)\]\s?(.*)$")
@@ -83,7 +83,7 @@ def headline(rows: list[dict], start: dict | None = None, **labels) -> dict:
            "sampled_tokens_per_s": mean("drkernel/rollout/sampled_tokens", "timing_s/gen"),
            "evals_per_s": mean("drkernel/rollout/evaluations", "timing_s/gen"),
            "evaluations": mean("drkernel/rollout/evaluations"),
-           "mem_alloc_gb": peak("perf/max_memory_allocated_gb"), "mem_reserved_gb": peak("perf/max_memory_reserved_gb"),
+           "mem_alloc_gb": peak(MEMORY[0][1]), "mem_reserved_gb": peak(MEMORY[1][1]),
            "reward": mean("drkernel/reward/mean")}
     if start:
         out.update(startup_s=start.get("startup_s"), milestones=start.get("milestones"))
