@@ -31,9 +31,6 @@ KNOWN_MISSES = {
     "candidates/shortcut/softplus_drop3bits.py": "2^-21 relative: within the 8 float32 ulp the norm allows "
                                                  "(NORM_WORK)",
     "candidates/shortcut/softplus_drop2bits.py": "2^-22 relative: as above",
-    "candidates/shortcut/linrelu_drop5bits.py": "2^-19 relative (~9 ulp at the output's scale): inside the 8 "
-                                                "float32 ulp the norm allows, which an honest fp32 scan needs "
-                                                "where the CPU's reference accumulates in double (cumsum)",
     "candidates/shortcut/layernorm_one_pass_var.py": "on inputs without an offset E[x^2] - E[x]^2 does not "
                                                      "cancel: 1.45x the reference's error (tests/env/precision "
                                                      "pc10 has the offset, and it fails there)",
