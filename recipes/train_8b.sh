@@ -18,7 +18,7 @@
 #   NODE_RANK       0 on the head node, 1..NNODES-1 on workers [0]
 #   HEAD_ADDR       address of the head node (workers only)
 #   RAY_PORT        Ray head port [6379]
-#   GRADER_KIND     local | ray | http [http when GRADER_URL is set, else local]: where kernels are
+#   GRADER_KIND     local | node | ray | http [http when GRADER_URL is set, else local]: where kernels are
 #                   graded (local: on the training GPUs, fine up to 2; docs/scaling-14b.md)
 #   GRADER_URL      drkernel grading service URL (GRADER_KIND=http)
 #   GRADER_DEVICE   cuda | cpu for local/ray graders [cuda]

@@ -188,6 +188,59 @@ class RayGrader(GraderBase):
         return self
 
     @classmethod
+    def node_pool(cls, config: EvalConfig, *, name: str = "drkernel-grader", capacity_per_actor: int = 4,
+                  retries: int = 1, namespace: str | None = None, start_timeout_s: float = 300.0) -> "RayGrader":
+        """One grading actor per GPU of *this* node (one on the CPU), shared by every caller on the
+        node: the first creates the actors, the others attach to the same ones by name (Ray's
+        ``get_if_exists``). Each actor holds a LocalGrader on its one device (``cuda:i``), so a
+        task's reference outputs are prepared once per GPU, one pool of warm workers serves it, and
+        one process's gate keeps every timed region on that GPU alone among the graders (verl's
+        agent-loop workers each holding a LocalGrader over every GPU prepared every task up to
+        workers x GPUs times and timed side by side: ``docs/scaling-14b.md``). The actors ask Ray for
+        no GPU or CPU (they share the node's GPUs with the rollout, as the agent-loop workers'
+        graders do) and are pinned to the node. No handle kills them on ``close()``: they end
+        with the job."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from drkernel.serve.cache import config_dict
+
+        config = config.validate()
+        if not ray.is_initialized():
+            ray.init()
+        node = ray.get_runtime_context().get_node_id()
+        if config.device.startswith("cuda"):
+            import torch
+
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if count < 1:
+                raise EnvironmentFailure(f"a node grader pool on {config.device!r}, but this node shows no GPU "
+                                         f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
+            devices = [f"cuda:{i}" for i in range(count)]
+        else:
+            devices = [config.device]
+        remote_cls = ray.remote(GraderActor)
+        actors = []
+        for device in devices:
+            opts: dict[str, Any] = {
+                "name": f"{name}-{node[:16]}-{device.replace(':', '')}", "get_if_exists": True,
+                "num_gpus": 0, "num_cpus": 0, "max_restarts": -1, "max_task_retries": 0,
+                "max_concurrency": capacity_per_actor + 4,
+                "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node, soft=False)}
+            if namespace:
+                opts["namespace"] = namespace
+            actors.append(remote_cls.options(**opts).remote(config_dict(config.with_overrides(device=device)),
+                                                            capacity_per_actor, None))
+        try:
+            ray.get([a.info.remote() for a in actors], timeout=start_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - as in __init__: an environment failure
+            raise EnvironmentFailure(f"node grading actors did not start within {start_timeout_s:.0f}s: "
+                                     f"{type(exc).__name__}: {exc}") from exc
+        self = cls.__new__(cls)
+        self._setup(actors, capacity_per_actor, retries, owner=False)
+        return self
+
+    @classmethod
     def connect(cls, name: str, *, namespace: str | None = None, capacity_per_actor: int = 1,
                 retries: int = 1) -> "RayGrader":
         """Attach to the actors of a pool created with ``name`` (by this or another driver)."""

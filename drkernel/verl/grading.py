@@ -1,9 +1,12 @@
-"""Graders for verl's agent-loop workers, chosen by ``drkernel.grader.kind`` (local | ray | http).
+"""Graders for verl's agent-loop workers, chosen by ``drkernel.grader.kind`` (local | node | ray | http).
 
 One grader per worker process, built on first use and shared by every episode of that process
 (agent-loop workers are long-lived Ray actors running many episodes concurrently on one event
-loop). The Ray and HTTP graders live in :mod:`drkernel.serve` and are imported only when
-chosen.
+loop). ``local``: a LocalGrader in the worker over every GPU it sees (each worker has its own);
+``node``: one grading actor per GPU of the worker's node, shared by all the node's workers
+(:meth:`~drkernel.serve.ray_pool.RayGrader.node_pool`); ``ray``: a pool of grading actors that ask
+Ray for GPUs of their own; ``http``: drkernel's grading service. The Ray and HTTP graders live in
+:mod:`drkernel.serve` and are imported only when chosen.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["make_grader", "shared_grader"]
+__all__ = ["KINDS", "make_grader", "shared_grader"]
+
+KINDS = ("local", "node", "ray", "http")
 
 _LOCK = threading.Lock()
 _GRADERS: dict[str, Any] = {}
@@ -24,8 +29,8 @@ def make_grader(settings: Mapping[str, Any]) -> Any:
     from drkernel.env.config import EvalConfig
 
     kind = settings.get("kind", "local")
-    if kind not in ("local", "ray", "http"):
-        raise ValueError(f"drkernel.grader.kind must be local, ray or http, got {kind!r}")
+    if kind not in KINDS:
+        raise ValueError(f"drkernel.grader.kind must be one of {', '.join(KINDS)}, got {kind!r}")
     options = dict(settings.get("options") or {})
     if settings.get("profile") is not None:  # drkernel.grader.profile (None = EvalConfig's default, on)
         options = {"profile": bool(settings["profile"]), **options}
@@ -35,6 +40,10 @@ def make_grader(settings: Mapping[str, Any]) -> Any:
         from drkernel.env.grader import LocalGrader
 
         return LocalGrader(config, capacity=capacity)
+    if kind == "node":
+        from drkernel.serve.ray_pool import RayGrader
+
+        return RayGrader.node_pool(config, capacity_per_actor=int(capacity or 4))
     if kind == "ray":
         from drkernel.serve.ray_pool import RayGrader
 

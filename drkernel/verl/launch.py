@@ -48,8 +48,10 @@ def check_config(config: Any, *, gpu_checks: bool = True) -> None:
 
     if "drkernel" in config:
         node = drkernel_node(config)
-        if node["grader"]["kind"] not in ("local", "ray", "http"):
-            raise ValueError(f"drkernel.grader.kind must be local, ray or http, got {node['grader']['kind']!r}")
+        from drkernel.verl.grading import KINDS
+
+        if node["grader"]["kind"] not in KINDS:
+            raise ValueError(f"drkernel.grader.kind must be one of {', '.join(KINDS)}, got {node['grader']['kind']!r}")
         if node["grader"]["kind"] == "http" and not node["grader"]["url"]:
             raise ValueError("drkernel.grader.kind=http needs drkernel.grader.url")
         step_config(config, estimator=str(config.algorithm.adv_estimator), gamma=float(config.algorithm.gamma),

@@ -24,7 +24,53 @@ def test_local_grader_from_settings_and_shared() -> None:
 
 
 def test_bad_grader_settings() -> None:
-    with pytest.raises(ValueError, match="local, ray or http"):
+    with pytest.raises(ValueError, match="local, node, ray, http"):
         make_grader({**DEFAULTS["grader"], "kind": "smoke-signals", "device": "cpu"})
     with pytest.raises(ValueError, match="url"):
         make_grader({**DEFAULTS["grader"], "kind": "http", "device": "cpu"})
+
+
+def test_node_grader_is_one_actor_per_device_shared_by_every_agent_loop_worker() -> None:
+    """kind=node: two agent-loop workers (Ray actors without resources, as verl's) build their
+    grader; both reach the same grading actor (created by the first, attached by the second), whose
+    LocalGrader grades the bundled ReLU solution and a wrong kernel for real; a worker's close()
+    leaves the shared actor alive for the other."""
+    import os
+    from pathlib import Path
+
+    ray = pytest.importorskip("ray")
+    root = Path(__file__).resolve().parents[2]
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(root), "TRITON_INTERPRET": "1"}})
+    try:
+        settings = {**DEFAULTS["grader"], "kind": "node", "device": "cpu", "capacity": 2,
+                    "options": {"timing_trials": 3, "warmup": 1, "spot_checks": 1, "measure_performance": False}}
+        task_src = (root / "envs/single_ops/tasks/01_relu.py").read_text()
+        solution = (root / "envs/single_ops/solutions/01_relu.py").read_text()
+        wrong = solution.replace("tl.maximum(x, 0.0)", "tl.maximum(x, 0.5)")
+        assert wrong != solution
+
+        @ray.remote(num_cpus=0)
+        class AgentLoopWorker:
+            async def grade(self, settings, source):
+                from drkernel.env.task import Task
+                from drkernel.verl.grading import shared_grader
+
+                g = shared_grader(settings)
+                r = await g.agrade(Task.from_source(task_src, name="01_relu"), source, seed=3)
+                return [a._actor_id.hex() for a in g.actors], r.correct, os.getpid()
+
+            def close(self, settings):
+                from drkernel.verl.grading import shared_grader
+
+                shared_grader(settings).close()
+
+        w1, w2 = AgentLoopWorker.remote(), AgentLoopWorker.remote()
+        ids1, ok1, pid1 = ray.get(w1.grade.remote(settings, solution))
+        ids2, ok2, pid2 = ray.get(w2.grade.remote(settings, wrong))
+        assert pid1 != pid2 and len(ids1) == 1 and ids1 == ids2  # one actor for the node's one device
+        assert ok1 is True and ok2 is False
+        ray.get(w1.close.remote(settings))
+        assert ray.get(w2.grade.remote(settings, solution))[1] is True  # the pool lives on
+    finally:
+        ray.shutdown()

@@ -5,8 +5,9 @@
 # Each argument is GPUS[:TP]; run K uses GPUs 0..GPUS-1 (CUDA_VISIBLE_DEVICES), the same per-GPU
 # batch (ppo_steps.sh), results in $OUT/scale-$PRESET-g$GPUS-tp$TP/. Writes $OUT/scaling.md.
 # No checkpoint is saved (trainer.save_freq=-1: the steps are what is measured; the SFT chain and
-# the verl stage save theirs). PPO_TIMEOUT (per run, default 420 s) bounds each run. Exit status:
-# 1 if any run failed.
+# the verl stage save theirs). GRADER_KIND (local by default; node: one grading actor per GPU,
+# shared by the node's agent-loop workers) places grading. PPO_TIMEOUT (per run, default 500 s: the
+# 4-GPU run needed ~410 s for 3 steps) bounds each run. Exit status: 1 if any run failed.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 cd "$ROOT"
@@ -14,15 +15,17 @@ source tests/gpu/verl/env.sh
 PY="${PYTHON:-python3}"
 OUT="${OUT:-/tmp/drkernel-gpu}"
 PRESET="${PRESET:-1.5b}"
+export PPO_TIMEOUT="${PPO_TIMEOUT:-500}"
 # NVLink multicast off (the device's KINDS.md): NCCL, torch symmetric memory and NVSHMEM
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 status=0
 summaries=()
 for spec in "$@"; do
   g="${spec%%:*}"; tp="${spec#*:}"; [ "$tp" = "$spec" ] && tp=1
-  label="scale-$PRESET-g$g-tp$tp"
+  label="scale-$PRESET-g$g-tp$tp${GRADER_KIND:+-$GRADER_KIND}"
   OUT="$OUT" GPUS="$g" TP="$tp" PRESET="$PRESET" LABEL="$label" \
-    CUDA_VISIBLE_DEVICES="$(seq -s, 0 $((g - 1)))" bash tests/gpu/verl/ppo_steps.sh trainer.save_freq=-1 || status=1
+    CUDA_VISIBLE_DEVICES="$(seq -s, 0 $((g - 1)))" bash tests/gpu/verl/ppo_steps.sh trainer.save_freq=-1 \
+    ${GRADER_KIND:+drkernel.grader.kind=$GRADER_KIND} || status=1
   ray stop --force > /dev/null 2>&1 || true  # nothing of this run may hold a GPU in the next
   summaries+=("$OUT/$label/summary.json")
 done

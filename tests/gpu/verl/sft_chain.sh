@@ -8,7 +8,7 @@
 #    4 steps, a checkpoint with its Hugging Face model (global_step_4/huggingface);
 # 3. ppo_steps.sh with MODEL_DIR set to that model: STEPS (2) PPO steps, results in $OUT/sft-rl.
 # Writes $OUT/sft/: sft.log, sft_metrics.jsonl (verl's file logger), checkpoint.txt. Needs the carried
-# wheels installed (tests/gpu/verl/README.md). SFT_TIMEOUT [240] and PPO_TIMEOUT [300] bound the stages.
+# wheels installed (tests/gpu/verl/README.md). SFT_TIMEOUT [240] and PPO_TIMEOUT [330: start-up ~190 s, step 1 ~70 s] bound the stages.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 cd "$ROOT"
@@ -47,7 +47,7 @@ HF="$(ls -d "$WORK"/ckpt/global_step_*/huggingface 2>/dev/null | sort -V | tail 
 echo "sft chain: RL starts from $HF ($(ls "$HF" | tr '\n' ' '))"
 
 echo "== sft chain: RL from the SFT checkpoint"
-OUT="$OUT" LABEL=sft-rl MODEL_DIR="$HF" STEPS="${STEPS:-2}" PPO_TIMEOUT="${PPO_TIMEOUT:-300}" \
+OUT="$OUT" LABEL=sft-rl MODEL_DIR="$HF" STEPS="${STEPS:-2}" PPO_TIMEOUT="${PPO_TIMEOUT:-330}" \
   bash tests/gpu/verl/ppo_steps.sh
 rc=$?
 echo "== sft chain: exit $rc after $((SECONDS - t0)) s"

@@ -35,7 +35,7 @@ MEMORY = [("mem_alloc_gb", "actor/perf/max_memory_allocated_gb"), ("mem_reserved
 
 MILESTONES = [  # (name, pattern): the first log line matching each (patterns of verl 0.9.1 / vLLM 0.24)
     ("config composed", r"drkernel: resolved config saved"),
-    ("ray up", r"Started a local Ray instance|ray init kwargs"),
+    ("ray up", r"Started a local Ray instance|Connected to Ray cluster"),
     ("worker group created", r"create worker group"),
     ("actor initialised", r"actor and ref model engine initialized"),
     ("vLLM server actor", r"vLLMHttpServer pid=.*\['serve'"),
