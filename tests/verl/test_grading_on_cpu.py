@@ -53,7 +53,7 @@ def test_node_grader_is_one_actor_per_device_shared_by_every_agent_loop_worker()
         @ray.remote(num_cpus=0)
         class AgentLoopWorker:
             async def grade(self, settings, source):
-                from drkernel.env.task import Task
+                from drkernel.env.tasks.task import Task
                 from drkernel.verl.grading import shared_grader
 
                 g = shared_grader(settings)
