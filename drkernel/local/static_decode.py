@@ -3,7 +3,7 @@
 
 A decoding step of a small model is all overhead: the tiny 4-layer model's step ran ~160 kernels
 in 5.7-9.6 ms on an H100, almost all of it Python and launch time (1,416 tokens/s at 8 rows,
-tests/benchmarks/bench_rollout.py, 2026-11-26). This module runs the same step with every tensor
+tests/benchmarks/bench_rollout.py). This module runs the same step with every tensor
 at a fixed address, so it can be captured once and replayed as one CUDA graph per step.
 
 **Layout.** Per layer, keys and values live in buffers of ``(R, kv_heads, C, head_dim)``: ``R`` the

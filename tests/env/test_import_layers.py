@@ -1,8 +1,9 @@
 """The grader package's shape, read from its source (ast: nothing is imported).
 
 * No import cycle among ``drkernel.env`` modules. An edge is any ``import`` or ``from ... import``
-  of a ``drkernel.env`` module anywhere in a file: at module level, inside a function, under
-  ``if TYPE_CHECKING:``. ``from pkg import name`` is an edge to ``pkg.name`` when that is a module,
+  of a ``drkernel.env`` module that can run: at module level or inside a function (not under
+  ``if TYPE_CHECKING:``, which only a type checker reads: the rooms' stages name the evaluation in
+  their annotations that way). ``from pkg import name`` is an edge to ``pkg.name`` when that is a module,
   else to ``pkg``; importing a module also runs its packages' ``__init__``, so those are edges too.
 * Imports one way between the rooms: a module imports only its own room and the rooms below it
   (:data:`LAYERS`, lowest first), except the few lazy imports in :data:`UPWARD`, each with why.
@@ -69,6 +70,12 @@ def _with_packages(name: str, known: dict[str, Path]) -> set[str]:
     return out
 
 
+def _is_type_checking(test: ast.expr) -> bool:
+    """``if TYPE_CHECKING:`` or ``if typing.TYPE_CHECKING:``."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
 def imports_of(name: str, source: str, is_package: bool, known: dict[str, Path]) -> dict[str, int]:
     """``{imported drkernel.env module: first line}`` for one module's source."""
     package = name if is_package else name.rpartition(".")[0]
@@ -81,7 +88,12 @@ def imports_of(name: str, source: str, is_package: bool, known: dict[str, Path])
             if t != name and not name.startswith(t + "."):  # (a module's own packages are already running)
                 found.setdefault(t, line)
 
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    type_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
+                 for stmt in block.body for n in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 add(_resolve(alias.name, known), node.lineno)
@@ -173,9 +185,12 @@ def test_the_resolver_sees_every_kind_of_import():
                            "drkernel.env.p.c"], Path())
     source = ("import drkernel.env.a\n"
               "def f():\n    from drkernel.env.p import b\n"
-              "def g():\n    from .. import a\n")
-    # (its own packages drkernel.env and drkernel.env.p are not edges: they are running already)
+              "def g():\n    from .. import a\n"
+              "if TYPE_CHECKING:\n    from drkernel.env.p import c\n    import drkernel.env\n")
+    # (its own packages drkernel.env and drkernel.env.p are not edges: they are running already; a
+    # TYPE_CHECKING import never runs)
     assert imports_of("drkernel.env.p.c", source, False, known) == {"drkernel.env.a": 1, "drkernel.env.p.b": 3}
+    assert imports_of("drkernel.env.a", "if typing.TYPE_CHECKING:\n    import drkernel.env.p.b\n", False, known) == {}
     assert find_cycles({"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3}, "d": {"a": 4}}) == [(["a", "b", "c", "a"], ["a", "b", "c"])]
 
 

@@ -4,7 +4,7 @@ NumPy turns any object with an ``__array_interface__`` (a dict with a raw ``data
 ``__array_struct__`` into an array over that memory, with no check and no audit event. From Python,
 with an address (``id()``, a default ``hash()`` or ``repr()``, ``Tensor.data_ptr()``), that is
 arbitrary memory access: ``"<f8"`` views read and write any word, ``"|O"`` views turn an address
-into the object there. The second outside red team (2026-11-27, black box) used it to walk the
+into the object there. A black-box red team used it to walk the
 interpreter's frames to the worker's ``call`` and overwrite its start time (CPU relu timed at
 0.067 ms against 2.6 ms, matmul 0.095 against 13 ms), and to let NumPy compute the output over a
 tensor's memory while a one-element kernel counted as the work. From there nothing in the process

@@ -2,14 +2,19 @@
 
 ``static(ev)`` runs :func:`~drkernel.env.guards.static_checks.check_source`: a syntax error or a
 missing ``ModelNew`` ends the evaluation at ``compile``; every finding marks the candidate hacked.
-``ev`` is the :class:`~drkernel.env.evaluation.Evaluation` that runs the stage (not imported here:
-the evaluation imports its stages, never the other way).
+``ev`` is the :class:`~drkernel.env.evaluation.Evaluation` that runs the stage (imported for the
+annotations only: at run time the evaluation imports its stages, never the other way).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from drkernel.env.guards.static_checks import check_source
 from drkernel.env.result import Stage, Stop
+
+if TYPE_CHECKING:  # (annotations only: at run time the evaluation imports its stages, not the other way)
+    from drkernel.env.evaluation import Evaluation
 
 
 def static(ev: Evaluation) -> None:

@@ -7,14 +7,14 @@ scale-aware tolerance with the conditioning allowance), falling back to the CPU 
 short of memory; the timing's spot checks use it too (``compare_spot``). ``verdict(ev)`` decides
 compiled, correct and hacked in one place and builds the feedback.
 
-``ev`` is the :class:`~drkernel.env.evaluation.Evaluation` that runs the stage (not imported here:
-the evaluation imports its stages, never the other way).
+``ev`` is the :class:`~drkernel.env.evaluation.Evaluation` that runs the stage (imported for the
+annotations only: at run time the evaluation imports its stages, never the other way).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -27,6 +27,9 @@ from drkernel.env.process.tensor_io import TensorIOError, read_tensor
 from drkernel.env.protocol import RunRequest
 from drkernel.env.result import EnvironmentFailure, EvalResult, Stage, Stop
 from drkernel.env.tasks.prepared import ReferenceOutput
+
+if TYPE_CHECKING:  # (annotations only: at run time the evaluation imports its stages, not the other way)
+    from drkernel.env.evaluation import Evaluation
 
 
 def correctness(ev: Evaluation) -> None:

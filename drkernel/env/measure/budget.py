@@ -5,7 +5,7 @@ Why: the timed region starts with a CUDA event queued behind the L2 flush. If th
 (~85 us on an H100), the GPU idles inside the timed region and the measurement carries the
 launcher's jitter: ~5% between evaluations of one kernel. Holding the GPU a little longer, so that
 every launch of the call is queued before the start event fires, removes it (1.5% on the same
-kernel, issue 8's measurements).
+kernel on an H100).
 
 How it stays sound for rewards: a plain sleep kernel (``torch.cuda._sleep``, one thread) leaves the
 GPU free beside it, so a candidate could run its work on a side stream *during* the sleep and finish
@@ -322,8 +322,8 @@ def _probe(torch: Any, start: Any, blocks: int) -> float:
     stamp minus the hold's end (its published start + ``PROBE_MS``), in ms: negative when the probe
     started beside the hold.
 
-    Both times come from the GPU's global timer, inside kernels: the question asked directly (until
-    2026-11-27 the probe compared two CUDA events). Either way a probe is only conclusive when no
+    Both times come from the GPU's global timer, inside kernels: the question asked directly (two
+    CUDA events, as a probe once compared, answer it only indirectly). Either way a probe is only conclusive when no
     other process's kernel time-slices the GPU meanwhile: with one beside it, a probe kernel can
     start beside a hold that fills the GPU (tests/benchmarks/diagnostics/hold_probe_under_load.py,
     H100: a tiny kernel every 1 ms beside it failed 2 of 30 event probes and 6 of 10 stamp probes;
@@ -353,7 +353,7 @@ DEVICE_PROBES = 5
 """Probes (each the least gap of three) the grader makes before it reports a hold as not filling the
 device. Even in the exclusive section a spare worker starting up launches a few kernels outside the
 gate, and one such time-slice made the grader's single probe fail: every evaluation of that grader
-then timed without the hold (one A/B arm on an H100, 2026-11-27). A hold that fills the GPU passes
+then timed without the hold (seen in one A/B arm on an H100). A hold that fills the GPU passes
 any probe nothing interrupts; one that does not fails every such probe, so a pass is kept for the
 grader's life and a refusal for :data:`REFUSAL_TTL_S` (then a load probes again). The residual
 risk: a leaky hold passing because a time-slice held the probe back past the hold's end; the

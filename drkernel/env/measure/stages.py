@@ -8,8 +8,8 @@ device records), ``timing`` (the records' findings, the spot checks of the kept 
 ``spot_check``, and the times) and ``attribute`` (coverage, own launches, host copies and side
 streams per call, :mod:`~drkernel.env.measure.attribution`).
 
-``ev`` is the :class:`~drkernel.env.evaluation.Evaluation` that runs the stage (not imported here:
-the evaluation imports its stages, never the other way).
+``ev`` is the :class:`~drkernel.env.evaluation.Evaluation` that runs the stage (imported for the
+annotations only: at run time the evaluation imports its stages, never the other way).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -36,6 +36,9 @@ from drkernel.env.process.tensor_io import TensorIOError, read_tensor
 from drkernel.env.protocol import EventsRequest, TimeRequest
 from drkernel.env.result import Stage, Stop
 from drkernel.env.tasks import reference_timing
+
+if TYPE_CHECKING:  # (annotations only: at run time the evaluation imports its stages, not the other way)
+    from drkernel.env.evaluation import Evaluation
 
 
 def launch_flags_cpu(ev: Evaluation) -> None:

@@ -18,8 +18,8 @@ Per call, on CUDA::
     device-wide sync (the C function)
 
 The queued flush and hold keep the GPU busy while the host runs the call's Python and launch path,
-so the window holds device time, not the launcher's jitter (issue 8: 12% -> 1.2% spread of one
-matmul). Every call the candidate sees is made this way (also correctness calls), so nothing about
+so the window holds device time, not the launcher's jitter (12% -> 1.2% spread of one matmul on
+an H100). Every call the candidate sees is made this way (also correctness calls), so nothing about
 a call tells it whether it is timed. The time and the share of own kernels are not computed here:
 the grader reads them from the profiler's records between the fences
 (:mod:`drkernel.env.measure.attribution`). The host clock around the call is reported for diagnostics only.

@@ -6,15 +6,15 @@ the references (GPU), ``load`` loads the task and the candidate in the worker (t
 stage), ``precompile`` waits for the compiler; ``close`` reports the process's output and its other
 threads' CPU time (``other_threads``) and disposes of it.
 
-``ev`` is the :class:`~drkernel.env.evaluation.Evaluation` that runs the stage (not imported here:
-the evaluation imports its stages, never the other way).
+``ev`` is the :class:`~drkernel.env.evaluation.Evaluation` that runs the stage (imported for the
+annotations only: at run time the evaluation imports its stages, never the other way).
 """
 
 from __future__ import annotations
 
 import functools
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -23,6 +23,9 @@ from drkernel.env.process.staging import reserve_bytes
 from drkernel.env.protocol import LoadRequest
 from drkernel.env.result import Stage
 from drkernel.env.tasks.prepared import TrialKey
+
+if TYPE_CHECKING:  # (annotations only: at run time the evaluation imports its stages, not the other way)
+    from drkernel.env.evaluation import Evaluation
 
 OTHER_THREADS_MS = 0.5
 """CPU milliseconds other threads may spend in a CPU evaluation (honest kernels spend 0: the

@@ -1,14 +1,19 @@
 """The evaluation's reference stage: every reference output the correctness trials compare against.
 
 ``references(ev)`` computes them from the prepared task before any candidate code can reach the GPU.
-``ev`` is the :class:`~drkernel.env.evaluation.Evaluation` that runs the stage (not imported here:
-the evaluation imports its stages, never the other way).
+``ev`` is the :class:`~drkernel.env.evaluation.Evaluation` that runs the stage (imported for the
+annotations only: at run time the evaluation imports its stages, never the other way).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from drkernel.env.device import release_if_short
 from drkernel.env.tasks.prepared import TrialKey
+
+if TYPE_CHECKING:  # (annotations only: at run time the evaluation imports its stages, not the other way)
+    from drkernel.env.evaluation import Evaluation
 
 
 def references(ev: Evaluation) -> None:

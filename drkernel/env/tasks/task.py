@@ -129,7 +129,7 @@ class SeededRandom(TorchFunctionMode):
     """Route every torch random call made inside the block to private generators seeded by ``seed``.
 
     ``torch.manual_seed`` would reseed the process-wide generator: two threads drawing at once
-    would then take numbers from each other's streams (issue 8, defect 4). Here each block owns
+    would then take numbers from each other's streams. Here each block owns
     one generator per device (created on first use with ``Generator.manual_seed(seed)``), passed as
     ``generator=`` to torch's random functions, tensor methods (``uniform_``...) and ``nn.init``.
     The grader and the candidate's process both draw through this class, so they get bit-identical
