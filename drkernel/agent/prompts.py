@@ -17,6 +17,7 @@ from __future__ import annotations
 import operator
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from drkernel._registry import Registry
 
@@ -60,6 +61,39 @@ def render_prompt(template_name: str, reference_code: str, *, entry_point: str =
     t = get_template(template_name)
     return _fill(t.first_turn, {"reference_code": reference_code.strip("\n"), "entry_point": entry_point,
                                 "new_class": f"{entry_point}New"})
+
+
+@dataclass(frozen=True)
+class SuitePrompt:
+    """One task of a suite with the agent's first prompt for it."""
+
+    suite_id: str
+    task_id: str
+    entry_point: str
+    source: str
+    """The task's reference source (KernelBench format)."""
+    text: str
+    """The first user message (:func:`render_prompt` with the suite's or the given template)."""
+
+
+def suite_prompts(suite: Any, *, tasks: str | None = None, template: str | None = None) -> list[SuitePrompt]:
+    """The first prompt of each task of ``suite`` (a path or a loaded
+    :class:`~drkernel.env.tasks.suite.Suite`) matching ``tasks`` (``Suite.select``'s id patterns;
+    None: every task), in suite order, rendered with ``template`` (default: the suite's). Raises
+    ValueError when no task matches."""
+    from drkernel.env.tasks.suite import Suite, load_suite
+
+    if not isinstance(suite, Suite):
+        suite = load_suite(suite)
+    template = template or suite.prompt_template
+    out = []
+    for t in suite.select(tasks):
+        source = t.path.read_text(encoding="utf-8")
+        out.append(SuitePrompt(suite.id, t.id, suite.entry_point, source,
+                               render_prompt(template, source, entry_point=suite.entry_point)))
+    if not out:
+        raise ValueError(f"no task of suite {suite.id} matches {tasks!r}")
+    return out
 
 
 def render_feedback(feedback_text: str, template_name: str = "triton_kernelbench", *,
@@ -116,5 +150,5 @@ at the end of your reply.""",
 ))
 
 
-__all__ = ["PromptTemplate", "register_template", "get_template", "list_templates", "render_prompt",
-           "render_feedback", "TRITON_KERNELBENCH"]
+__all__ = ["PromptTemplate", "SuitePrompt", "register_template", "get_template", "list_templates", "render_prompt",
+           "render_feedback", "suite_prompts", "TRITON_KERNELBENCH"]

@@ -27,8 +27,8 @@ import uuid as uuid_lib
 from pathlib import Path
 from typing import Any
 
-from drkernel.agent.prompts import render_prompt
-from drkernel.env.tasks.suite import Suite, load_suite
+from drkernel.agent.prompts import suite_prompts
+from drkernel.env.tasks.suite import Suite
 
 ABILITY = "kernel_optimization"
 UUID_NAMESPACE = uuid_lib.UUID("5b0b7c3e-4a0e-5d6e-9a51-6472b6b1e7a1")
@@ -44,19 +44,15 @@ def task_uuid(suite_id: str, task_id: str, reference_source: str) -> str:
 def build_rows(suite: Suite | str | os.PathLike, *, template: str | None = None,
                agent_name: str | None = None) -> list[dict[str, Any]]:
     """One RLHFDataset row per task of ``suite`` (in suite order, ``split`` = "train")."""
-    if not isinstance(suite, Suite):
-        suite = load_suite(suite)
-    template = template or suite.prompt_template
     rows = []
-    for index, t in enumerate(suite.tasks):
-        source = t.path.read_text(encoding="utf-8")
+    for index, p in enumerate(suite_prompts(suite, template=template)):
         row: dict[str, Any] = {
-            "data_source": suite.id,
-            "prompt": [{"role": "user", "content": render_prompt(template, source, entry_point=suite.entry_point)}],
+            "data_source": p.suite_id,
+            "prompt": [{"role": "user", "content": p.text}],
             "ability": ABILITY,
-            "reward_model": {"ground_truth": source, "style": "rule"},
-            "extra_info": {"task_id": t.id, "entry_point": suite.entry_point, "suite": suite.id, "index": index,
-                           "uuid": task_uuid(suite.id, t.id, source), "split": "train"},
+            "reward_model": {"ground_truth": p.source, "style": "rule"},
+            "extra_info": {"task_id": p.task_id, "entry_point": p.entry_point, "suite": p.suite_id, "index": index,
+                           "uuid": task_uuid(p.suite_id, p.task_id, p.source), "split": "train"},
         }
         if agent_name:
             row["agent_name"] = agent_name

@@ -36,22 +36,11 @@ def build_rows(suite: Any, *, tasks: str | None = None, conversational: bool = T
     """One ``{"prompt", "label"}`` row per task of ``suite`` (a path or a loaded Suite): ``prompt``
     is the agent's first prompt (messages, or its text with ``conversational=False``); ``label``
     is :func:`encode_label` of the task (``seed``: the hidden seed of every grading; None: random)."""
-    from drkernel.agent.prompts import render_prompt
-    from drkernel.env.tasks.suite import Suite, load_suite
+    from drkernel.agent.prompts import suite_prompts
 
-    if not isinstance(suite, Suite):
-        suite = load_suite(suite)
-    template = template or suite.prompt_template
-    rows = []
-    for t in suite.select(tasks):
-        source = t.path.read_text(encoding="utf-8")
-        text = render_prompt(template, source, entry_point=suite.entry_point)
-        rows.append({"prompt": [{"role": "user", "content": text}] if conversational else text,
-                     "label": encode_label(source, entry_point=suite.entry_point, task_name=t.id, seed=seed,
-                                           options=options)})
-    if not rows:
-        raise ValueError(f"no task of suite {suite.id} matches {tasks!r}")
-    return rows
+    return [{"prompt": [{"role": "user", "content": p.text}] if conversational else p.text,
+             "label": encode_label(p.source, entry_point=p.entry_point, task_name=p.task_id, seed=seed, options=options)}
+            for p in suite_prompts(suite, tasks=tasks, template=template)]
 
 
 def write_jsonl(rows: list[dict[str, Any]], path: str | os.PathLike) -> None:

@@ -267,25 +267,17 @@ def build_rows(suite: Any, *, tasks: str | None = None, conversational: bool = T
     ``prompt`` (the agent's first prompt: ``[{"role": "user", ...}]``, with ``system_prompt`` first,
     or its text when ``conversational=False``) plus :data:`COLUMNS`, ``task_id`` and ``suite``.
     ``tasks``: the suite's id patterns (``Suite.select``); ``repeat``: each row that many times."""
-    from drkernel.agent.prompts import render_prompt
-    from drkernel.env.tasks.suite import Suite, load_suite
+    from drkernel.agent.prompts import suite_prompts
 
-    if not isinstance(suite, Suite):
-        suite = load_suite(suite)
-    template = template or suite.prompt_template
     rows = []
-    for t in suite.select(tasks):
-        source = t.path.read_text(encoding="utf-8")
-        text = render_prompt(template, source, entry_point=suite.entry_point)
+    for p in suite_prompts(suite, tasks=tasks, template=template):
         if conversational:
             prompt: Any = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
-                {"role": "user", "content": text}]
+                {"role": "user", "content": p.text}]
         else:
-            prompt = f"{system_prompt}\n\n{text}" if system_prompt else text
-        rows.append({"prompt": prompt, "task_code": source, "task_name": t.id, "entry_point": suite.entry_point,
-                     "task_id": t.id, "suite": suite.id})
-    if not rows:
-        raise ValueError(f"no task of suite {suite.id} matches {tasks!r}")
+            prompt = f"{system_prompt}\n\n{p.text}" if system_prompt else p.text
+        rows.append({"prompt": prompt, "task_code": p.source, "task_name": p.task_id, "entry_point": p.entry_point,
+                     "task_id": p.task_id, "suite": p.suite_id})
     return [dict(row) for row in rows for _ in range(max(1, repeat))]
 
 

@@ -83,21 +83,13 @@ class KernelTaskset(vf.Taskset[KernelTask, KernelTasksetConfig]):
     """One :class:`KernelTask` per task of the suite, prompted with the agent's first prompt."""
 
     def load(self) -> list[KernelTask]:
-        from drkernel.agent.prompts import render_prompt
-        from drkernel.env.tasks.suite import load_suite
+        from drkernel.agent.prompts import suite_prompts
 
-        suite = load_suite(self.config.suite)
-        template = self.config.template or suite.prompt_template
-        tasks = []
-        for i, t in enumerate(suite.select(self.config.tasks or None)):
-            source = t.path.read_text(encoding="utf-8")
-            data = KernelData(idx=i, id=t.id, name=t.id, task_code=source, entry_point=suite.entry_point,
-                              task_name=t.id, system_prompt=self.config.system_prompt,
-                              prompt=render_prompt(template, source, entry_point=suite.entry_point))
-            tasks.append(KernelTask(data, self.config.task))
-        if not tasks:
-            raise ValueError(f"no task of suite {suite.id} matches {self.config.tasks!r}")
-        return tasks
+        prompts = suite_prompts(self.config.suite, tasks=self.config.tasks or None, template=self.config.template)
+        return [KernelTask(KernelData(idx=i, id=p.task_id, name=p.task_id, task_code=p.source,
+                                      entry_point=p.entry_point, task_name=p.task_id,
+                                      system_prompt=self.config.system_prompt, prompt=p.text), self.config.task)
+                for i, p in enumerate(prompts)]
 
 
 class KernelEnvConfig(vf.EnvConfig):

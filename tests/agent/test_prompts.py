@@ -60,3 +60,21 @@ def test_registry():
         register_template(PromptTemplate("triton_kernelbench", "x {reference_code}", "{feedback}"))
     with pytest.raises(KeyError, match="known: .*triton_kernelbench"):
         render_prompt("nope", REFERENCE)
+
+
+def test_suite_prompts_are_the_first_prompt_of_each_selected_task_in_suite_order():
+    from pathlib import Path
+
+    from drkernel.agent.prompts import suite_prompts
+    from drkernel.env import load_suite
+
+    root = Path(__file__).resolve().parents[2] / "envs" / "single_ops"
+    every = suite_prompts(root)
+    suite = load_suite(root)
+    assert [p.task_id for p in every] == [t.id for t in suite.tasks]
+    relu = suite_prompts(suite, tasks="01_relu")  # a loaded suite or its path
+    assert len(relu) == 1 and relu[0].task_id == "01_relu" and relu[0].suite_id == suite.id
+    assert relu[0].source == (root / "tasks" / "01_relu.py").read_text()
+    assert relu[0].text == render_prompt(suite.prompt_template, relu[0].source, entry_point=suite.entry_point)
+    with pytest.raises(ValueError, match="no task of suite .* matches 'no_such_task'"):
+        suite_prompts(root, tasks="no_such_task")
