@@ -25,7 +25,6 @@ them), ``<out>/summary.json`` (steps, wall time, the last step's rewards) and ``
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -151,32 +150,10 @@ def run(args: Args) -> dict:
     return summary
 
 
-def _arg_docs() -> dict[str, str]:
-    import ast
-    import inspect
-
-    body = ast.parse(inspect.getsource(Args)).body[0].body  # type: ignore[attr-defined]
-    docs = {}
-    for node, nxt in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr) \
-                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
-            docs[node.target.id] = " ".join(nxt.value.value.split())
-    return docs
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    docs = _arg_docs()
-    for name, field in Args.__dataclass_fields__.items():
-        help_text = f"{docs.get(name, name.replace('_', ' '))} (default: {field.default})"
-        if field.type in ("bool", bool):
-            parser.add_argument("--" + name.replace("_", "-"), dest=name, action=argparse.BooleanOptionalAction,
-                                default=field.default, help=help_text)
-        else:
-            kind = {"int": int, "float": float}.get(str(field.type), str)
-            parser.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=field.default,
-                                help=help_text)
-    run(Args(**vars(parser.parse_args(argv))))
+    from drkernel.config.flags import argument_parser
+
+    run(Args(**vars(argument_parser(Args, __doc__.split("\n\n")[0]).parse_args(argv))))
     return 0
 
 

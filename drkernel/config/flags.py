@@ -26,9 +26,12 @@ import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["Flag", "field_docs", "flat_fields", "flat_values", "from_flat", "unflagged_fields"]
+if TYPE_CHECKING:
+    import argparse
+
+__all__ = ["Flag", "argument_parser", "field_docs", "flat_fields", "flat_values", "from_flat", "unflagged_fields"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,27 @@ def field_docs(cls: type) -> dict[str, str]:
         if dataclasses.is_dataclass(klass):
             docs.update(_class_docs(klass))
     return docs
+
+
+def argument_parser(cls: type, description: str | None = None) -> "argparse.ArgumentParser":
+    """A parser with one ``--flag`` per field of the flat dataclass ``cls`` (an example's ``Args``):
+    ``bool`` fields as ``--x/--no-x``, ``int`` and ``float`` parsed, any other a string; the help is
+    the field's docstring (:func:`field_docs`, else its name) with its default.
+    ``cls(**vars(parser.parse_args(argv)))`` builds the settings."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    docs = field_docs(cls)
+    for f in dataclasses.fields(cls):
+        flag = "--" + f.name.replace("_", "-")
+        help_text = f"{docs.get(f.name, f.name.replace('_', ' '))} (default: {f.default})"
+        if _type_text(f.type) == "bool":
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default,
+                                help=help_text)
+        else:
+            parser.add_argument(flag, dest=f.name, type={"int": int, "float": float}.get(_type_text(f.type), str),
+                                default=f.default, help=help_text)
+    return parser
 
 
 def _type_text(annotation: Any) -> str:

@@ -308,3 +308,25 @@ def test_prs_is_off_locally_without_coverage():
     suite = str(REPO / "envs" / "single_ops")
     assert TrainConfig.from_flat(env="suite", suite=suite, grade_profile=False).step_config().prs is None
     assert TrainConfig.from_flat(env="suite", suite=suite).step_config().prs == PRSConfig()
+
+
+def test_argument_parser_offers_each_field_of_a_flat_dataclass():
+    """examples' ``Args``: one flag per field, typed, booleans as --x/--no-x, help from the docstring."""
+    from dataclasses import dataclass
+
+    from drkernel.config.flags import argument_parser
+
+    @dataclass
+    class Args:
+        out: str = "runs/x"
+        """Output directory."""
+        steps: int = 3
+        lr: float = 1e-3
+        progress: bool = True
+
+    parser = argument_parser(Args, "demo")
+    assert Args(**vars(parser.parse_args([]))) == Args()
+    got = Args(**vars(parser.parse_args(["--out", "o", "--steps", "7", "--lr", "0.5", "--no-progress"])))
+    assert got == Args(out="o", steps=7, lr=0.5, progress=False)
+    text = parser.format_help()
+    assert "Output directory. (default: runs/x)" in text and "steps (default: 3)" in text and parser.description == "demo"
