@@ -23,3 +23,17 @@ if ! ls "$VERL_SITE"/drkernel*.egg-info >/dev/null 2>&1; then
   export VERL_USE_EXTERNAL_MODULES="${VERL_USE_EXTERNAL_MODULES:-drkernel.verl.plugin}"
 fi
 unset _VERL_ROOT
+
+# verl_model PRESET [make_tiny.py args ...]: the stage's random model of that preset, built once per
+# machine into $VERL_MODELS/PRESET (/tmp/verl-models) and reused; sets VERL_MODEL to the directory.
+# Run from the repository root.
+verl_model() {
+  local preset="$1"; shift
+  VERL_MODEL="${VERL_MODELS:-/tmp/verl-models}/$preset"
+  if [ -f "$VERL_MODEL/config.json" ]; then
+    echo "verl: model $VERL_MODEL (built earlier on this machine)"
+    return 0
+  fi
+  "${PYTHON:-python3}" tests/gpu/verl/make_tiny.py --out "$VERL_MODEL" --preset "$preset" --suite envs/single_ops "$@" \
+    2>&1 | grep -v -E "Writing model shards|UserWarning|warnings.warn" || { rm -rf "$VERL_MODEL"; return 1; }
+}

@@ -41,13 +41,8 @@ if [ -n "${MODEL_DIR:-}" ]; then
   MODEL="$MODEL_DIR"
   echo "verl: model $MODEL (given)"
 else
-  MODEL="${VERL_MODELS:-/tmp/verl-models}/$PRESET"
-  if [ ! -f "$MODEL/config.json" ]; then
-    $PY tests/gpu/verl/make_tiny.py --out "$MODEL" --preset "$PRESET" --suite envs/single_ops --data "$WORK/data" 2>&1 \
-      | grep -v -E "Writing model shards|UserWarning|warnings.warn" || { rm -rf "$MODEL"; exit 1; }
-  else
-    echo "verl: model $MODEL (built earlier on this machine)"
-  fi
+  verl_model "$PRESET" --data "$WORK/data" || exit 1
+  MODEL="$VERL_MODEL"
 fi
 
 mapfile -t OVERRIDES < <(sed -e '/^[[:space:]]*#/d' -e '/^[[:space:]]*$/d' \

@@ -25,11 +25,8 @@ $PY tests/gpu/verl/solution_episodes.py --suite envs/single_ops --out "$WORK/dat
   2>&1 | grep -v -E "UserWarning|warnings.warn" | tail -5 || exit 1
 [ -f "$WORK/data/sft.parquet" ] || { echo "sft chain: no SFT parquet"; exit 1; }
 
-MODEL="${VERL_MODELS:-/tmp/verl-models}/tiny"
-if [ ! -f "$MODEL/config.json" ]; then
-  $PY tests/gpu/verl/make_tiny.py --out "$MODEL" --preset tiny --suite envs/single_ops 2>&1 \
-    | grep -v -E "Writing model shards|UserWarning|warnings.warn" || { rm -rf "$MODEL"; exit 1; }
-fi
+verl_model tiny || exit 1
+MODEL="$VERL_MODEL"
 
 echo "== sft chain: verl SFT (recipes/sft_coldstart.sh, one GPU; limit ${SFT_TIMEOUT:-240} s)"
 mapfile -t SFT_OVERRIDES < <(sed -e '/^[[:space:]]*#/d' -e '/^[[:space:]]*$/d' tests/gpu/verl/sft_overrides.txt)
