@@ -145,6 +145,13 @@ def extract_code(text: str | None, *, entry_point: str = "Model") -> str | None:
     return None if block is None else block.code.strip("\n") + "\n"
 
 
+def kernel_reply(code: str) -> str:
+    """A reply carrying ``code`` as :func:`extract_code` takes it back (one fenced python block): the
+    wording of every scripted turn (the verl stage's and the local trainer's forced solutions, the
+    SFT chain's episodes)."""
+    return "Here is my kernel.\n```python\n" + code.strip("\n") + "\n```"
+
+
 def token_code_mask(token_texts: list[str], span: tuple[int, int] | None) -> list[bool]:
     """Which reply tokens fall in the code span: True for a token whose characters overlap
     ``[start, end)``. ``token_texts`` are the reply's tokens decoded one by one, in order (their
@@ -159,5 +166,5 @@ def token_code_mask(token_texts: list[str], span: tuple[int, int] | None) -> lis
     return mask
 
 
-__all__ = ["extract_code", "locate_code", "token_code_mask", "code_blocks", "CodeBlock", "fenced_blocks", "strip_thinking",
+__all__ = ["extract_code", "kernel_reply", "locate_code", "token_code_mask", "code_blocks", "CodeBlock", "fenced_blocks", "strip_thinking",
            "PYTHON_LANGS"]

@@ -14,6 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from drkernel.agent.extract import kernel_reply
+
 
 class SolutionMix:
     def __init__(self, inner: Any, suite_dir: str | Path, *, every: int = 4):
@@ -53,7 +55,7 @@ class SolutionMix:
         if first_turn:
             self.calls += 1
         if solution is not None and (answered or (first_turn and self.calls % self.every == 1 % self.every)):
-            reply = "Here is my kernel.\n```python\n" + solution.strip("\n") + "\n```"
+            reply = kernel_reply(solution)
             if hasattr(self.inner, "ascore"):  # the forward runs between decoding steps, off the event loop
                 return await self.inner.ascore(messages, reply)
             return self.inner.score(messages, reply)

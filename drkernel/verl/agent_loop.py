@@ -423,8 +423,11 @@ def bundled_solution(suite_dir: str | Path, *, task_id: str | None = None, refer
 
 
 def solution_reply(solution: str) -> str:
-    """The reply text of a forced turn (the same wording as the local trainer's ``--solution-mix``)."""
-    return "Here is my kernel.\n```python\n" + solution.strip("\n") + "\n```"
+    """The reply text of a forced turn (:func:`drkernel.agent.extract.kernel_reply`, as the local
+    trainer's ``--solution-mix``)."""
+    from drkernel.agent.extract import kernel_reply
+
+    return kernel_reply(solution)
 
 
 def solution_turns(agent: dict[str, Any], kwargs: dict[str, Any], *, task_id: str | None = None,

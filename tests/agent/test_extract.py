@@ -66,3 +66,12 @@ def test_fence_rules():
     assert extract_code(f"```python\n{FULL}") == FULL + "\n"
     # trailing prose after the closing fence is never captured (the paper's marker bug, ref §9.26)
     assert "Explanation" not in extract_code(f"# Kernel Implementation\n```python\n{FULL}\n```\nExplanation: fast")
+
+
+def test_kernel_reply_is_what_extract_code_takes_back():
+    from drkernel.agent.extract import kernel_reply
+
+    code = "\n\nimport torch\n\nclass ModelNew(torch.nn.Module):\n    pass\n"
+    reply = kernel_reply(code)
+    assert reply == "Here is my kernel.\n```python\n" + code.strip("\n") + "\n```"
+    assert extract_code(reply, entry_point="Model").strip() == code.strip()

@@ -4,7 +4,8 @@ policy, and its SFT export becomes the parquet verl's SFT trainer reads.
     python tests/gpu/verl/solution_episodes.py --suite envs/single_ops --out DIR [--tasks 16] [--device cuda]
 
 Turn 1 answers with the reference itself renamed ``ModelNew`` (no Triton kernel: the grader says so
-in its feedback), turn 2 with the suite's bundled solution. Every turn is graded for real
+in its feedback), turn 2 with the suite's bundled solution, both worded as
+``drkernel.agent.extract.kernel_reply``. Every turn is graded for real
 (``LocalGrader``); ``drkernel.agent.sft.export_sft`` keeps each episode's best passing turn with
 the dialogue before it (user, assistant, feedback, assistant), ``drkernel.verl.sft_data`` writes
 the parquet. Writes ``DIR/sft.jsonl`` and ``DIR/sft.parquet``; prints the counts and the rewards.
@@ -22,17 +23,14 @@ from pathlib import Path
 
 def first_reply(reference: str) -> str:
     """Turn 1: the reference as the candidate (``Model`` renamed ``ModelNew``; no kernel)."""
-    code = re.sub(r"\bModel\b", "ModelNew", reference.strip("\n"))
-    return "Here is my kernel.\n```python\n" + code + "\n```"
+    from drkernel.agent.extract import kernel_reply
 
-
-def solution_reply(solution: str) -> str:
-    """Turn 2: the bundled solution, in the wording of the verl stage's forced turns."""
-    return "Here is my kernel.\n```python\n" + solution.strip("\n") + "\n```"
+    return kernel_reply(re.sub(r"\bModel\b", "ModelNew", reference))
 
 
 async def play(suite_dir: str, n_tasks: int, device: str):
     from drkernel.agent import EpisodeConfig, Generation, run_episode
+    from drkernel.agent.extract import kernel_reply
     from drkernel.env import LocalGrader, load_suite
 
     suite = load_suite(suite_dir)
@@ -46,7 +44,7 @@ async def play(suite_dir: str, n_tasks: int, device: str):
 
         async def generate(messages, **_):
             turn = sum(m["role"] == "assistant" for m in messages)
-            return Generation(text=first_reply(reference) if turn == 0 else solution_reply(solution))
+            return Generation(text=first_reply(reference) if turn == 0 else kernel_reply(solution))
 
         return await run_episode(task, generate, grader, config)
 
