@@ -73,6 +73,16 @@ class Server:
             time.sleep(0.2)
         raise RuntimeError(f"{self.url} did not drain in {timeout}s")
 
+    def job_rows(self) -> dict[str, tuple[str, int]]:
+        """``{job id: (state, attempts)}`` as the server's store holds them (read from its sqlite file)."""
+        import sqlite3
+
+        db = sqlite3.connect(self.state_dir / "jobs.sqlite")
+        try:
+            return {i: (s, a) for i, s, a in db.execute("SELECT id, state, attempts FROM jobs")}
+        finally:
+            db.close()
+
     def kill(self) -> None:
         """SIGKILL the server's process group (the server and the candidate processes it runs)."""
         if self.proc and self.proc.poll() is None:

@@ -4,7 +4,6 @@ failures. The servers are real ``drkernel serve`` processes; their grader is tes
 is under test is the delivery (job store, queue, retries), not the verdicts (test_http.py)."""
 
 import asyncio
-import sqlite3
 import threading
 import time
 
@@ -22,14 +21,6 @@ ECHO = ("--grader", "tests.service.echo_grader:make", "--no-warmup")
 TASK = Task.from_source("class Model: pass", name="echo")
 
 
-def _job_rows(server) -> dict[str, tuple[str, int]]:
-    db = sqlite3.connect(server.state_dir / "jobs.sqlite")
-    try:
-        return {i: (s, a) for i, s, a in db.execute("SELECT id, state, attempts FROM jobs")}
-    finally:
-        db.close()
-
-
 def test_a_killed_and_restarted_server_answers_every_job_it_accepted(make_server):
     server = make_server(*ECHO, "--workers", "2", "--no-cache", env={"ECHO_DELAY_S": "0.1"}).start()
     ids = [f"job-{i}" for i in range(40)]
@@ -40,7 +31,7 @@ def test_a_killed_and_restarted_server_answers_every_job_it_accepted(make_server
             assert r.status_code == 202
         time.sleep(0.6)  # some answered, two running, the rest queued
     server.kill()
-    before = _job_rows(server)
+    before = server.job_rows()
     assert set(before) == set(ids)
     states = [s for s, _ in before.values()]
     assert states.count("done") < len(ids) and states.count("queued") > 0, states
@@ -102,7 +93,7 @@ def test_200_submissions_with_servers_killed_midway_are_answered_exactly_once(ma
     for i, [(source, result)] in answers.items():              # ... and it is its own
         assert result.details["digest"] == digest(TASK.source, source, i)
         assert result.passed == ("HONEST" in source)
-    rows_a, rows_b = _job_rows(a), _job_rows(b)
+    rows_a, rows_b = a.job_rows(), b.job_rows()
     assert len(set(rows_a) | set(rows_b)) == n  # retries and failovers reused the ids: no extra jobs
     assert all(s == "done" for s, _ in [*rows_a.values(), *rows_b.values()])  # nothing left unanswered
     assert stats["retries"] > 0 and stats["failovers"] > 0, stats  # the kill was felt

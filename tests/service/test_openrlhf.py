@@ -11,7 +11,6 @@ it reads ({"rewards", "scores", "extra_logs"}).
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -58,14 +57,6 @@ def post_like_openrlhf(url: str, payload: dict, tries: int = 30, timeout: float 
             last = exc
             time.sleep(0.5)
     raise AssertionError(f"no answer after {tries} tries: {last}")
-
-
-def _job_rows(server) -> dict[str, tuple[str, int]]:
-    db = sqlite3.connect(server.state_dir / "jobs.sqlite")
-    try:
-        return {i: (s, a) for i, s, a in db.execute("SELECT id, state, attempts FROM jobs")}
-    finally:
-        db.close()
 
 
 # --------------------------------------------------------------------------- protocol, no server
@@ -161,11 +152,11 @@ def test_a_batch_of_64_is_answered_exactly_once_across_a_server_kill(make_server
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # kill it mid-batch: some samples answered, others queued
         time.sleep(0.2)
-        rows = _job_rows(server) if (server.state_dir / "jobs.sqlite").exists() else {}
+        rows = server.job_rows() if (server.state_dir / "jobs.sqlite").exists() else {}
         if sum(s == "done" for s, _ in rows.values()) >= 8:
             break
     server.kill()
-    before = _job_rows(server)
+    before = server.job_rows()
     assert 0 < sum(s == "done" for s, _ in before.values()) < len(before), before
     server.start()  # the client's retry of the same batch joins the jobs the store re-queued
     client.join(timeout=120)
@@ -191,11 +182,11 @@ def test_a_batch_of_64_is_answered_exactly_once_across_a_server_kill(make_server
     # another resend now) created no job of its own
     ids = [j for j in answer["job_ids"] if j is not None]
     assert len(ids) == len(set(ids)) == 56
-    after = _job_rows(server)
+    after = server.job_rows()
     assert all(after[j][0] == "done" for j in ids)
     resent = post_like_openrlhf(url, payload)
     assert resent["rewards"] == answer["rewards"] and resent["job_ids"] == answer["job_ids"]
-    final = _job_rows(server)
+    final = server.job_rows()
     assert len([j for j in final if j.startswith("orm-")]) == 56
     for j in ids:  # answered before the kill: kept, not graded again
         if before.get(j, ("", 0))[0] == "done":
