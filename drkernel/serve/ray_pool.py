@@ -85,6 +85,21 @@ class GraderActor:
             return {"environment_failure": f"{type(exc).__name__}: {exc}"}
 
 
+def _started(actors: list[Any], timeout_s: float, *, kill: bool) -> list[dict[str, Any]]:
+    """Every actor's ``info()`` once all are up; an actor that cannot start within ``timeout_s`` is
+    an :class:`EnvironmentFailure` (with ``kill``, the actors are killed first)."""
+    import ray
+
+    try:
+        return ray.get([a.info.remote() for a in actors], timeout=timeout_s)
+    except Exception as exc:  # noqa: BLE001 - an actor that cannot start is an environment failure
+        if kill:
+            for a in actors:
+                ray.kill(a)
+        raise EnvironmentFailure(f"grading actors did not start within {timeout_s:.0f}s: "
+                                 f"{type(exc).__name__}: {exc}") from exc
+
+
 def _retryable() -> tuple[type[BaseException], ...]:
     import ray.exceptions as rex
 
@@ -156,13 +171,7 @@ class RayGrader(GraderBase):
         for i in range(num_actors):
             opts = dict(placement, name=f"{name}-{i}") if name else placement
             actors.append(remote_cls.options(**opts).remote(cfg, capacity_per_actor, grader_factory))
-        try:
-            self.actor_info = ray.get([a.info.remote() for a in actors], timeout=start_timeout_s)
-        except Exception as exc:  # noqa: BLE001 - an actor that cannot start is an environment failure
-            for a in actors:
-                ray.kill(a)
-            raise EnvironmentFailure(f"grading actors did not start within {start_timeout_s:.0f}s: "
-                                     f"{type(exc).__name__}: {exc}") from exc
+        self.actor_info = _started(actors, start_timeout_s, kill=True)
         self._setup(actors, capacity_per_actor, retries, owner=True)
 
     def _setup(self, actors: list[Any], capacity_per_actor: int, retries: int, owner: bool) -> None:
@@ -231,11 +240,7 @@ class RayGrader(GraderBase):
                 opts["namespace"] = namespace
             actors.append(remote_cls.options(**opts).remote(config_dict(config.with_overrides(device=device)),
                                                             capacity_per_actor, None))
-        try:
-            ray.get([a.info.remote() for a in actors], timeout=start_timeout_s)
-        except Exception as exc:  # noqa: BLE001 - as in __init__: an environment failure
-            raise EnvironmentFailure(f"node grading actors did not start within {start_timeout_s:.0f}s: "
-                                     f"{type(exc).__name__}: {exc}") from exc
+        _started(actors, start_timeout_s, kill=False)  # (shared: another worker's handle may be using them)
         self = cls.__new__(cls)
         self._setup(actors, capacity_per_actor, retries, owner=False)
         return self

@@ -53,6 +53,7 @@ from verl.experimental.agent_loop.agent_loop import (
     register as _register_loop,
 )
 
+from drkernel.agent.extract import kernel_reply
 from drkernel.agent.types import Generation, Message
 from drkernel.turns import TurnTable, turn_exists, turn_rows, turns_to_last_tokens
 
@@ -425,8 +426,6 @@ def bundled_solution(suite_dir: str | Path, *, task_id: str | None = None, refer
 def solution_reply(solution: str) -> str:
     """The reply text of a forced turn (:func:`drkernel.agent.extract.kernel_reply`, as the local
     trainer's ``--solution-mix``)."""
-    from drkernel.agent.extract import kernel_reply
-
     return kernel_reply(solution)
 
 
