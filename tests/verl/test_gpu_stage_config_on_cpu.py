@@ -21,6 +21,12 @@ STAGE = ROOT / "tests" / "gpu" / "verl"
 SUITE = ROOT / "envs" / "single_ops"
 
 
+def override_lines(name: str) -> list[str]:
+    """A stage overrides file's lines as the shell scripts read them (comments and blank lines dropped)."""
+    return [line for line in (STAGE / name).read_text().splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
 def stage_overrides(work: Path, steps: int = 3, gpus: int = 1, tp: int = 1) -> list[str]:
     """overrides.txt as ppo_steps.sh expands it (comments and blank lines dropped, $VARS replaced),
     plus the runtime_env lines it forwards."""
@@ -28,9 +34,7 @@ def stage_overrides(work: Path, steps: int = 3, gpus: int = 1, tp: int = 1) -> l
              "$STEPS": str(steps), "$GPUS": str(gpus), "$TP": str(tp), "$BATCH": str(4 * gpus),
              "$NCPUS": str(16 * gpus), "$LABEL": "verl"}
     out = []
-    for line in (STAGE / "overrides.txt").read_text().splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
+    for line in override_lines("overrides.txt"):
         for k, v in subst.items():
             line = line.replace(k, v)
         out.append(line)
@@ -199,8 +203,7 @@ def test_the_stage_keeps_its_per_gpu_batch_at_four_gpus_with_tensor_parallel_vll
     check_config(cfg, gpu_checks=True)
 
 
-SFT_OVERRIDES = [line for line in (STAGE / "sft_overrides.txt").read_text().splitlines()
-                 if line.strip() and not line.lstrip().startswith("#")]
+SFT_OVERRIDES = override_lines("sft_overrides.txt")
 
 
 def test_the_sft_chain_composes_through_the_recipe(stage_cfg, tmp_path) -> None:
