@@ -4,8 +4,10 @@
         OpenAIGenerate(server.url, model="scripted")  # POST {url}/chat/completions
 
 It is a stdlib ``ThreadingHTTPServer`` in a background thread speaking the chat-completions JSON
-(``choices[0].message.content``, ``finish_reason``, ``usage``). ``fail_after=N`` answers every
-request after the N-th with HTTP 503 (a server going down); ``requests`` logs every request body.
+(``choices[0].message.content``, ``finish_reason``, ``usage``), or its chunks as server-sent events
+when the request asks ``"stream": true`` (verifiers' eval client does); message contents given as
+parts are joined to text for the policy. ``fail_after=N`` answers every request after the N-th with
+HTTP 503 (a server going down); ``requests`` logs every request body.
 
 :func:`kernel_policy` is the scripted "model" of the tests: it finds the task in the first prompt
 and answers by the last feedback it sees.
@@ -20,6 +22,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 Policy = Callable[[list[dict[str, str]]], str]
+"""``policy(messages) -> reply text``; every message's content is text."""
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content or ""
 
 
 class ScriptedServer:
@@ -33,6 +42,8 @@ class ScriptedServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # (every reply has a Content-Length: connections are kept)
+
             def log_message(self, *args: Any) -> None:  # quiet
                 pass
 
@@ -47,24 +58,33 @@ class ScriptedServer:
                 if server.fail_after is not None and n > server.fail_after:
                     self._send(503, {"error": {"message": "scripted outage"}})
                     return
+                messages = [{**m, "content": _text(m.get("content"))} for m in body["messages"]]
                 try:
-                    text = server.policy(body["messages"])
+                    text = server.policy(messages)
                 except Exception as exc:  # a broken script is a 500, visible in the test
                     self._send(500, {"error": {"message": f"policy failed: {exc!r}"}})
                     return
                 words = len(text.split())
-                self._send(200, {
-                    "id": f"chatcmpl-{n}", "object": "chat.completion", "created": 0, "model": body.get("model"),
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": text}}],
-                    "usage": {"prompt_tokens": sum(len(m["content"].split()) for m in body["messages"]),
-                              "completion_tokens": words, "total_tokens": words},
-                })
+                usage = {"prompt_tokens": sum(len(m["content"].split()) for m in messages),
+                         "completion_tokens": words, "total_tokens": words}
+                base = {"id": f"chatcmpl-{n}", "created": 0, "model": body.get("model")}
+                if not body.get("stream"):
+                    self._send(200, {**base, "object": "chat.completion", "usage": usage, "choices": [
+                        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}]})
+                    return
+                chunks = [{**base, "object": "chat.completion.chunk", "choices": [
+                              {"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None}]},
+                          {**base, "object": "chat.completion.chunk", "choices": [
+                              {"index": 0, "delta": {}, "finish_reason": "stop"}]}]
+                if (body.get("stream_options") or {}).get("include_usage"):
+                    chunks.append({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage})
+                events = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+                self._send(200, events.encode(), "text/event-stream")
 
-            def _send(self, code: int, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
+            def _send(self, code: int, payload: dict[str, Any] | bytes, content_type: str = "application/json") -> None:
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 self.send_response(code)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)

@@ -23,7 +23,7 @@ from drkernel.agent.episode import first_messages, run_episode  # noqa: E402
 from drkernel.agent.types import Generation  # noqa: E402
 from drkernel.env.tasks.task import Task  # noqa: E402
 from drkernel.integrations.verifiers import KernelEnv, KernelEnvConfig, KernelTaskset  # noqa: E402
-from tests.integrations.chat_server import StreamingChatServer  # noqa: E402
+from tests.agent.scripted_server import ScriptedServer  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 FIX = REPO / "tests" / "env" / "fixtures" / "candidates"
@@ -72,7 +72,7 @@ def test_a_verifiers_episode_is_drkernels_episode(monkeypatch):
     (task,) = list(env.taskset.load())
 
     async def play():
-        with StreamingChatServer(policy) as server:
+        with ScriptedServer(policy) as server:
             ctx = vf.ModelContext(model="scripted", client=EvalClientConfig(base_url=server.url,
                                                                             api_key_var="DRKERNEL_TEST_KEY"))
             async with env.serving():
