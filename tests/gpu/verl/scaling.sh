@@ -7,7 +7,9 @@
 # No checkpoint is saved (trainer.save_freq=-1: the steps are what is measured; the SFT chain and
 # the verl stage save theirs). GRADER_KIND (local by default; node: one grading actor per GPU,
 # shared by the node's agent-loop workers) places grading. PPO_TIMEOUT (per run, default 500 s: the
-# 4-GPU run needed ~410 s for 3 steps) bounds each run. Exit status: 1 if any run failed.
+# 4-GPU run needed ~410 s for 3 steps) bounds each run. FIRST_GPU [0] shifts the GPUs (run K uses
+# FIRST_GPU..FIRST_GPU+GPUS-1) and RAY_STOP=0 leaves Ray alone after each run, for a run beside another
+# Ray job on the same machine (give each its own RAY_TMPDIR). Exit status: 1 if any run failed.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 cd "$ROOT"
@@ -24,9 +26,10 @@ for spec in "$@"; do
   g="${spec%%:*}"; tp="${spec#*:}"; [ "$tp" = "$spec" ] && tp=1
   label="scale-$PRESET-g$g-tp$tp${GRADER_KIND:+-$GRADER_KIND}"
   OUT="$OUT" GPUS="$g" TP="$tp" PRESET="$PRESET" LABEL="$label" \
-    CUDA_VISIBLE_DEVICES="$(seq -s, 0 $((g - 1)))" bash tests/gpu/verl/ppo_steps.sh trainer.save_freq=-1 \
+    CUDA_VISIBLE_DEVICES="$(seq -s, "${FIRST_GPU:-0}" $((${FIRST_GPU:-0} + g - 1)))" bash tests/gpu/verl/ppo_steps.sh trainer.save_freq=-1 \
     ${GRADER_KIND:+drkernel.grader.kind=$GRADER_KIND} || status=1
-  ray stop --force > /dev/null 2>&1 || true  # nothing of this run may hold a GPU in the next
+  # nothing of this run may hold a GPU in the next
+  [ "${RAY_STOP:-1}" = 0 ] || ray stop --force > /dev/null 2>&1 || true
   summaries+=("$OUT/$label/summary.json")
 done
 $PY tests/gpu/verl/scaling.py "${summaries[@]}" | tee "$OUT/scaling.md"
