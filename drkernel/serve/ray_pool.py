@@ -59,18 +59,20 @@ class GraderActor:
     """The actor class (wrapped with ``ray.remote`` at pool creation). Replies are plain dicts:
     ``{"result": {...}}``, ``{"task_error": msg}`` or ``{"environment_failure": msg}``."""
 
-    def __init__(self, config: dict[str, Any], capacity: int, factory: GraderFactory | None):
+    def __init__(self, config: dict[str, Any], capacity: int, factory: GraderFactory | None,
+                 spares: int | None = None):
         from drkernel.env.grader import LocalGrader
 
         cfg = EvalConfig().with_overrides(**config).validate()
-        self.grader = factory(cfg, capacity) if factory is not None else LocalGrader(cfg, capacity=capacity)
+        self.grader = (factory(cfg, capacity) if factory is not None
+                       else LocalGrader(cfg, capacity=capacity, spares=spares))
 
     async def info(self) -> dict[str, Any]:
         import ray
 
         ctx = ray.get_runtime_context()
         return {"pid": os.getpid(), "node_id": ctx.get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-                "capacity": self.grader.capacity}
+                "capacity": self.grader.capacity, "spares": getattr(getattr(self.grader, "pool", None), "spares", None)}
 
     async def grade(self, task_source: str, task_name: str, entry_point: str, source: str, seed: int | None,
                     options: dict[str, Any]) -> dict[str, Any]:
@@ -118,6 +120,7 @@ class RayGrader(GraderBase):
         num_gpus / num_cpus / resources: what each actor asks Ray for (default: 1 GPU on CUDA,
             1 CPU on CPU).
         grader_factory: builds the actor's grader instead of LocalGrader (picklable).
+        spares: warm candidate processes per actor's device (None = LocalGrader's default).
         retries: re-tries of a call whose actor died (on another actor), then EnvironmentFailure.
         max_restarts: Ray restarts of a dead actor (-1: always).
         name, namespace: name the actors ``{name}-{i}`` so other drivers can ``connect``.
@@ -128,7 +131,8 @@ class RayGrader(GraderBase):
                  capacity_per_actor: int = 1, num_gpus: float | None = None, num_cpus: float | None = None,
                  resources: dict[str, float] | None = None, grader_factory: GraderFactory | None = None,
                  retries: int = 1, max_restarts: int = -1, name: str | None = None, namespace: str | None = None,
-                 runtime_env: dict[str, Any] | None = None, start_timeout_s: float = 300.0):
+                 runtime_env: dict[str, Any] | None = None, start_timeout_s: float = 300.0,
+                 spares: int | None = None):
         import ray
 
         from drkernel.serve.cache import config_dict
@@ -170,7 +174,7 @@ class RayGrader(GraderBase):
         actors = []
         for i in range(num_actors):
             opts = dict(placement, name=f"{name}-{i}") if name else placement
-            actors.append(remote_cls.options(**opts).remote(cfg, capacity_per_actor, grader_factory))
+            actors.append(remote_cls.options(**opts).remote(cfg, capacity_per_actor, grader_factory, spares))
         self.actor_info = _started(actors, start_timeout_s, kill=True)
         self._setup(actors, capacity_per_actor, retries, owner=True)
 
@@ -198,7 +202,8 @@ class RayGrader(GraderBase):
 
     @classmethod
     def node_pool(cls, config: EvalConfig, *, name: str = "drkernel-grader", capacity_per_actor: int = 4,
-                  retries: int = 1, namespace: str | None = None, start_timeout_s: float = 300.0) -> "RayGrader":
+                  retries: int = 1, namespace: str | None = None, start_timeout_s: float = 300.0,
+                  spares: int | None = None) -> "RayGrader":
         """One grading actor per GPU of *this* node (one on the CPU), shared by every caller on the
         node: the first creates the actors, the others attach to the same ones by name (Ray's
         ``get_if_exists``). Each actor holds a LocalGrader on its one device (``cuda:i``), so a
@@ -239,7 +244,7 @@ class RayGrader(GraderBase):
             if namespace:
                 opts["namespace"] = namespace
             actors.append(remote_cls.options(**opts).remote(config_dict(config.with_overrides(device=device)),
-                                                            capacity_per_actor, None))
+                                                            capacity_per_actor, None, spares))
         _started(actors, start_timeout_s, kill=False)  # (shared: another worker's handle may be using them)
         self = cls.__new__(cls)
         self._setup(actors, capacity_per_actor, retries, owner=False)

@@ -24,8 +24,8 @@ _GRADERS: dict[str, Any] = {}
 
 
 def make_grader(settings: Mapping[str, Any]) -> Any:
-    """A new grader for the ``drkernel.grader`` settings (kind, device, capacity, url, num_actors, profile,
-    options)."""
+    """A new grader for the ``drkernel.grader`` settings (kind, device, capacity, url, num_actors, spares,
+    profile, options)."""
     from drkernel.env.config import EvalConfig
 
     kind = settings.get("kind", "local")
@@ -36,18 +36,20 @@ def make_grader(settings: Mapping[str, Any]) -> Any:
         options = {"profile": bool(settings["profile"]), **options}
     config = EvalConfig(device=str(settings.get("device", "cuda"))).with_overrides(**options).validate()
     capacity = settings.get("capacity")
+    spares = settings.get("spares")
+    spares = None if spares is None else int(spares)
     if kind == "local":
         from drkernel.env.grader import LocalGrader
 
-        return LocalGrader(config, capacity=capacity)
+        return LocalGrader(config, capacity=capacity, spares=spares)
     if kind == "node":
         from drkernel.serve.ray_pool import RayGrader
 
-        return RayGrader.node_pool(config, capacity_per_actor=int(capacity or 4))
+        return RayGrader.node_pool(config, capacity_per_actor=int(capacity or 4), spares=spares)
     if kind == "ray":
         from drkernel.serve.ray_pool import RayGrader
 
-        return RayGrader(config, num_actors=settings.get("num_actors"))
+        return RayGrader(config, num_actors=settings.get("num_actors"), spares=spares)
     else:  # http
         url = settings.get("url")
         if not url:

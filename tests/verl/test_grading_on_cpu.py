@@ -13,10 +13,10 @@ from drkernel.verl.grading import make_grader, shared_grader  # noqa: E402
 def test_local_grader_from_settings_and_shared() -> None:
     from drkernel.env.grader import LocalGrader
 
-    settings = {**DEFAULTS["grader"], "device": "cpu", "capacity": 2, "options": {"timing_trials": 3}}
+    settings = {**DEFAULTS["grader"], "device": "cpu", "capacity": 2, "spares": 1, "options": {"timing_trials": 3}}
     g = make_grader(settings)
     try:
-        assert isinstance(g, LocalGrader) and g.capacity == 2
+        assert isinstance(g, LocalGrader) and g.capacity == 2 and g.pool.spares == 1
         assert g.config.device == "cpu" and g.config.timing_trials == 3
     finally:
         g.close()
@@ -43,7 +43,7 @@ def test_node_grader_is_one_actor_per_device_shared_by_every_agent_loop_worker()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(root), "TRITON_INTERPRET": "1"}})
     try:
-        settings = {**DEFAULTS["grader"], "kind": "node", "device": "cpu", "capacity": 2,
+        settings = {**DEFAULTS["grader"], "kind": "node", "device": "cpu", "capacity": 2, "spares": 1,
                     "options": {"timing_trials": 3, "warmup": 1, "spot_checks": 1, "measure_performance": False}}
         task_src = (root / "envs/single_ops/tasks/01_relu.py").read_text()
         solution = (root / "envs/single_ops/solutions/01_relu.py").read_text()
@@ -58,6 +58,8 @@ def test_node_grader_is_one_actor_per_device_shared_by_every_agent_loop_worker()
 
                 g = shared_grader(settings)
                 r = await g.agrade(Task.from_source(task_src, name="01_relu"), source, seed=3)
+                info = await g.actors[0].info.remote()
+                assert info["spares"] == 1  # drkernel.grader.spares reaches the actor's warm pool
                 return [a._actor_id.hex() for a in g.actors], r.correct, os.getpid()
 
             def close(self, settings):

@@ -6,7 +6,8 @@
 # batch (ppo_steps.sh), results in $OUT/scale-$PRESET-g$GPUS-tp$TP/. Writes $OUT/scaling.md.
 # No checkpoint is saved (trainer.save_freq=-1: the steps are what is measured; the SFT chain and
 # the verl stage save theirs). GRADER_KIND (local by default; node: one grading actor per GPU,
-# shared by the node's agent-loop workers) places grading. PPO_TIMEOUT (per run, default 500 s: the
+# shared by the node's agent-loop workers) places grading; GRADER_SPARES sets drkernel.grader.spares (warm
+# candidate processes per GPU; unset = the grader's default). PPO_TIMEOUT (per run, default 500 s: the
 # 4-GPU run needed ~410 s for 3 steps) bounds each run. FIRST_GPU [0] shifts the GPUs (run K uses
 # FIRST_GPU..FIRST_GPU+GPUS-1) and RAY_STOP=0 leaves Ray alone after each run, for a run beside another
 # Ray job on the same machine (give each its own RAY_TMPDIR). Exit status: 1 if any run failed.
@@ -24,10 +25,10 @@ status=0
 summaries=()
 for spec in "$@"; do
   g="${spec%%:*}"; tp="${spec#*:}"; [ "$tp" = "$spec" ] && tp=1
-  label="scale-$PRESET-g$g-tp$tp${GRADER_KIND:+-$GRADER_KIND}"
+  label="scale-$PRESET-g$g-tp$tp${GRADER_KIND:+-$GRADER_KIND}${GRADER_SPARES:+-s$GRADER_SPARES}"
   OUT="$OUT" GPUS="$g" TP="$tp" PRESET="$PRESET" LABEL="$label" \
     CUDA_VISIBLE_DEVICES="$(seq -s, "${FIRST_GPU:-0}" $((${FIRST_GPU:-0} + g - 1)))" bash tests/gpu/verl/ppo_steps.sh trainer.save_freq=-1 \
-    ${GRADER_KIND:+drkernel.grader.kind=$GRADER_KIND} || status=1
+    ${GRADER_KIND:+drkernel.grader.kind=$GRADER_KIND} ${GRADER_SPARES:+drkernel.grader.spares=$GRADER_SPARES} || status=1
   # nothing of this run may hold a GPU in the next
   [ "${RAY_STOP:-1}" = 0 ] || ray stop --force > /dev/null 2>&1 || true
   summaries+=("$OUT/$label/summary.json")
