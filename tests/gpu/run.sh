@@ -17,6 +17,7 @@
 #                                         the default). OLD_DRKERNEL is a directory under the repository
 #                                         holding an older drkernel package, carried with the call, e.g.
 #                                         mkdir -p .old/47308c3 && git archive 47308c3 drkernel | tar x -C .old/47308c3
+# On a machine with several GPUs, tests/gpu/side_by_side.sh runs several of these calls at once, one GPU each.
 # Stages service, service_soak, agent and local need the serve/agent/local extras' pure-Python packages
 # (pip install -e '.[serve,agent,local]'; on a machine without internet, install their wheels).
 # Results go to $OUT (default /tmp/drkernel-gpu): logs, results.json, summary.md, plots.
