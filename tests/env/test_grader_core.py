@@ -358,3 +358,87 @@ def test_warm_pool_hands_each_process_out_once_and_closes_its_spares():
     assert spare_pids and not any(_alive(p) for p in spare_pids + [a.proc.pid, b.proc.pid])
     with pytest.raises(RuntimeError):
         pool.acquire("cpu")
+
+
+def test_warm_pool_waiter_starts_its_own_when_the_spare_it_waited_for_fails(monkeypatch):
+    """A caller waiting for a starting spare is not stranded by that start failing, nor by close()."""
+    from drkernel.env.process import sandbox
+
+    gate = threading.Event()
+
+    class FakeProcess:
+        made = 0
+
+        def __init__(self, device, workdir_root=None):
+            FakeProcess.made += 1
+            self.n, self.alive, self.hello, self.start_s = FakeProcess.made, True, None, 0.0
+
+        def wait_ready(self, timeout_s):
+            if self.n == 1:  # the spare: fails once the caller is waiting for it
+                gate.wait(5)
+                raise RuntimeError("worker did not start")
+            return self
+
+        def close(self):
+            self.alive = False
+
+    monkeypatch.setattr(sandbox, "CandidateProcess", FakeProcess)
+    pool = sandbox.WarmPool(spares=1)
+    pool.prewarm("cpu")  # one start in progress (it will fail)
+    got = []
+    t = threading.Thread(target=lambda: got.append(pool.acquire("cpu", timeout_s=10)))
+    t.start()
+    time.sleep(0.2)
+    assert not got  # waiting for the spare in progress, not starting its own
+    gate.set()
+    t.join(10)
+    assert got and got[0].n >= 2 and got[0].warm is False and pool.fresh_starts == 1 and pool.start_failures == 1
+    pool.close()
+
+    pool2 = sandbox.WarmPool(spares=1)
+    gate.clear()
+    FakeProcess.made = 0
+    pool2.prewarm("cpu")
+    errors = []
+
+    def waiter():
+        try:
+            pool2.acquire("cpu", timeout_s=10)
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    t2 = threading.Thread(target=waiter)
+    t2.start()
+    time.sleep(0.2)
+    pool2.close()
+    t2.join(10)
+    gate.set()
+    assert errors == ["WarmPool is closed"]
+
+
+@pytest.mark.slow
+def test_warm_pool_burst_waits_for_a_spare_already_starting_instead_of_starting_one_more():
+    """A burst beyond the ready spares: the third caller takes the first replacement to finish
+    starting (its own start would queue behind theirs: CUDA contexts are created one at a time per
+    host), is not counted warm, and the pool settles back at ``spares`` processes, not more."""
+    from drkernel.env.process.sandbox import WarmPool
+
+    pool = WarmPool(spares=2)
+    procs = []
+    try:
+        pool.prewarm("cpu")
+        deadline = time.monotonic() + 120
+        while pool.ready_count("cpu") < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pool.ready_count("cpu") == 2
+        procs = [pool.acquire("cpu") for _ in range(3)]  # two ready, then one of their two replacements
+        assert [p.warm for p in procs] == [True, True, False]
+        assert pool.fresh_starts == 0 and len({p.proc.pid for p in procs}) == 3 and procs[2].hello.ready
+        while pool.ready_count("cpu") < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        assert pool.ready_count("cpu") == 2 and pool.started == 5  # 2 prewarmed + 3 replacements
+    finally:
+        for p in procs:
+            p.close()
+        pool.close()

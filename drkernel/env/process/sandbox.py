@@ -526,6 +526,12 @@ class WarmPool:
     serves exactly one candidate and is discarded after it (:meth:`acquire` hands it over; the
     caller closes it); a replacement starts at once in the background. ``spares`` per device are
     kept ready. Thread-safe.
+
+    When a burst of evaluations outruns the ready spares, a caller waits for a spare already starting
+    (the earliest to finish) rather than starting one more process beside it; only callers beyond the
+    starts in progress start their own. Creating a CUDA context serialises across the host (~0.24 s
+    each; 48 at once take 11.4 s each on a 4-GPU H200 host: ``docs/results/h200x4-2026-11-28b.md``), so
+    every extra start in a burst delays all the others.
     """
 
     def __init__(self, spares: int = 1, workdir_root: str | None = None, start_timeout_s: float = 300.0):
@@ -539,9 +545,13 @@ class WarmPool:
         self._ready: dict[str, deque[CandidateProcess]] = {}
         self._starting: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # a spare became ready, failed, or the pool closed
+        self._waiting: dict[str, int] = {}
         self._closed = False
         self.started = 0
         self.start_failures = 0
+        self.fresh_starts = 0
+        """Processes started for a caller that found no spare ready and none starting for it."""
         self.starts: deque[dict[str, float]] = deque(maxlen=256)
         """The latest spares' start seconds (``total``) and the worker's own parts (``Hello.start_parts``)."""
 
@@ -550,24 +560,42 @@ class WarmPool:
         self._refill(device)
 
     def acquire(self, device: str, timeout_s: float = 120.0) -> CandidateProcess:
-        """A ready process for ``device``: a warm spare when one is ready, else a fresh start."""
-        proc = None
+        """A ready process for ``device``: a warm spare when one is ready; else the next spare to finish
+        starting, when one is starting that no earlier caller waits for; else a fresh start.
+        ``proc.warm`` is True only for a spare that was ready (the caller did not wait)."""
+        import time
+
+        proc, waited = None, False
+        deadline = time.monotonic() + timeout_s
         with self._lock:
-            if self._closed:
-                raise RuntimeError("WarmPool is closed")
-            q = self._ready.setdefault(device, deque())
-            while q and proc is None:
-                cand = q.popleft()
-                if cand.alive:
-                    proc = cand
-                else:
-                    cand.close()
+            self._waiting[device] = self._waiting.get(device, 0) + 1
+            try:
+                while True:
+                    if self._closed:
+                        raise RuntimeError("WarmPool is closed")
+                    q = self._ready.setdefault(device, deque())
+                    while q and proc is None:
+                        cand = q.popleft()
+                        if cand.alive:
+                            proc = cand
+                        else:
+                            cand.close()
+                    left = deadline - time.monotonic()
+                    # starts in progress, each promised to one waiting caller in arrival order
+                    if proc is not None or self._starting.get(device, 0) < self._waiting[device] or left <= 0:
+                        break
+                    waited = True
+                    self._changed.wait(left)
+            finally:
+                self._waiting[device] -= 1
         self._refill(device)
         if proc is None:
+            with self._lock:
+                self.fresh_starts += 1
             proc = CandidateProcess(device, workdir_root=self.workdir_root).wait_ready(timeout_s)
             proc.warm = False  # type: ignore[attr-defined]
         else:
-            proc.warm = True  # type: ignore[attr-defined]
+            proc.warm = not waited  # type: ignore[attr-defined]
         return proc
 
     def _refill(self, device: str) -> None:
@@ -589,6 +617,7 @@ class WarmPool:
                 self.start_failures += 1
         with self._lock:
             self._starting[device] -= 1
+            self._changed.notify_all()
             if proc is not None:
                 self.started += 1
                 parts = getattr(proc.hello, "start_parts", None) or {}
@@ -647,6 +676,7 @@ class WarmPool:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            self._changed.notify_all()
             procs = [p for q in self._ready.values() for p in q]
             self._ready.clear()
         for p in procs:
