@@ -360,11 +360,9 @@ def test_warm_pool_hands_each_process_out_once_and_closes_its_spares():
         pool.acquire("cpu")
 
 
-def test_warm_pool_waiter_starts_its_own_when_the_spare_it_waited_for_fails(monkeypatch):
-    """A caller waiting for a starting spare is not stranded by that start failing, nor by close()."""
-    from drkernel.env.process import sandbox
-
-    gate = threading.Event()
+def _fake_processes(hang: threading.Event):
+    """A stand-in for CandidateProcess: the first one made (the pool's spare) blocks on ``hang`` and
+    then fails to start; every later one is ready at once."""
 
     class FakeProcess:
         made = 0
@@ -374,46 +372,66 @@ def test_warm_pool_waiter_starts_its_own_when_the_spare_it_waited_for_fails(monk
             self.n, self.alive, self.hello, self.start_s = FakeProcess.made, True, None, 0.0
 
         def wait_ready(self, timeout_s):
-            if self.n == 1:  # the spare: fails once the caller is waiting for it
-                gate.wait(5)
+            if self.n == 1:
+                hang.wait(30)
                 raise RuntimeError("worker did not start")
             return self
 
         def close(self):
             self.alive = False
 
-    monkeypatch.setattr(sandbox, "CandidateProcess", FakeProcess)
+    return FakeProcess
+
+
+def test_warm_pool_waiter_is_not_stranded_by_a_failed_or_hung_spare_start_or_by_close(monkeypatch):
+    """A caller waiting for a starting spare: the start failing sends it to a fresh start at once,
+    close() raises in it at once, and a start that hangs holds it only for the wait cap."""
+    from drkernel.env.process import sandbox
+
+    def waiting(pool, out):
+        def run():
+            try:
+                out.append(pool.acquire("cpu", timeout_s=30))
+            except RuntimeError as exc:
+                out.append(str(exc))
+        t = threading.Thread(target=run)
+        t.start()
+        time.sleep(0.2)
+        assert not out and t.is_alive()  # waiting for the spare in progress, not starting its own
+        return t
+
+    fail = threading.Event()
+    monkeypatch.setattr(sandbox, "CandidateProcess", _fake_processes(fail))
     pool = sandbox.WarmPool(spares=1)
-    pool.prewarm("cpu")  # one start in progress (it will fail)
+    pool.prewarm("cpu")
     got = []
-    t = threading.Thread(target=lambda: got.append(pool.acquire("cpu", timeout_s=10)))
-    t.start()
-    time.sleep(0.2)
-    assert not got  # waiting for the spare in progress, not starting its own
-    gate.set()
-    t.join(10)
-    assert got and got[0].n >= 2 and got[0].warm is False and pool.fresh_starts == 1 and pool.start_failures == 1
+    t = waiting(pool, got)
+    fail.set()  # the spare fails: the waiter is told (not left to its 30 s)
+    t.join(3)
+    assert not t.is_alive() and got[0].n >= 2 and got[0].warm is False
+    assert pool.fresh_starts == 1 and pool.start_failures == 1
     pool.close()
 
-    pool2 = sandbox.WarmPool(spares=1)
-    gate.clear()
-    FakeProcess.made = 0
-    pool2.prewarm("cpu")
-    errors = []
+    never = threading.Event()
+    monkeypatch.setattr(sandbox, "CandidateProcess", _fake_processes(never))
+    pool = sandbox.WarmPool(spares=1)
+    pool.prewarm("cpu")
+    got = []
+    t = waiting(pool, got)
+    pool.close()  # the pool closes: the waiter is told
+    t.join(3)
+    assert not t.is_alive() and got == ["WarmPool is closed"]
 
-    def waiter():
-        try:
-            pool2.acquire("cpu", timeout_s=10)
-        except RuntimeError as exc:
-            errors.append(str(exc))
-
-    t2 = threading.Thread(target=waiter)
-    t2.start()
-    time.sleep(0.2)
-    pool2.close()
-    t2.join(10)
-    gate.set()
-    assert errors == ["WarmPool is closed"]
+    monkeypatch.setattr(sandbox, "CandidateProcess", _fake_processes(never))
+    monkeypatch.setattr(sandbox.WarmPool, "_wait_cap_s", lambda self: 0.5)
+    pool = sandbox.WarmPool(spares=1)
+    pool.prewarm("cpu")
+    got = []
+    t = waiting(pool, got)  # the spare hangs: the waiter gives up on it after the cap
+    t.join(3)
+    assert not t.is_alive() and got[0].n >= 2 and pool.fresh_starts == 1
+    never.set()
+    pool.close()
 
 
 @pytest.mark.slow
@@ -438,6 +456,7 @@ def test_warm_pool_burst_waits_for_a_spare_already_starting_instead_of_starting_
             time.sleep(0.1)
         time.sleep(0.5)
         assert pool.ready_count("cpu") == 2 and pool.started == 5  # 2 prewarmed + 3 replacements
+        assert pool._starting.get("cpu", 0) == 0  # and no more on the way
     finally:
         for p in procs:
             p.close()

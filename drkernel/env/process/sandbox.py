@@ -551,7 +551,8 @@ class WarmPool:
         self.started = 0
         self.start_failures = 0
         self.fresh_starts = 0
-        """Processes started for a caller that found no spare ready and none starting for it."""
+        """Processes started for a caller: no spare was ready and none starting for it, or the one it
+        waited for took longer than :meth:`_wait_cap_s`."""
         self.starts: deque[dict[str, float]] = deque(maxlen=256)
         """The latest spares' start seconds (``total``) and the worker's own parts (``Hello.start_parts``)."""
 
@@ -561,13 +562,13 @@ class WarmPool:
 
     def acquire(self, device: str, timeout_s: float = 120.0) -> CandidateProcess:
         """A ready process for ``device``: a warm spare when one is ready; else the next spare to finish
-        starting, when one is starting that no earlier caller waits for; else a fresh start.
-        ``proc.warm`` is True only for a spare that was ready (the caller did not wait)."""
-        import time
-
+        starting, when more are starting than callers wait for them; else a fresh start. The wait is
+        capped (:meth:`_wait_cap_s`) so that a hung spare start cannot hold callers for its whole start
+        timeout; the fresh start then has ``timeout_s``. ``proc.warm`` is True only for a spare that was
+        ready (the caller did not wait)."""
         proc, waited = None, False
-        deadline = time.monotonic() + timeout_s
         with self._lock:
+            wait_until = time.monotonic() + min(timeout_s, self._wait_cap_s())
             self._waiting[device] = self._waiting.get(device, 0) + 1
             try:
                 while True:
@@ -580,8 +581,9 @@ class WarmPool:
                             proc = cand
                         else:
                             cand.close()
-                    left = deadline - time.monotonic()
-                    # starts in progress, each promised to one waiting caller in arrival order
+                    left = wait_until - time.monotonic()
+                    # starts in progress, each promised to one waiting caller (whoever takes the lock
+                    # first when one is ready: not strictly in arrival order)
                     if proc is not None or self._starting.get(device, 0) < self._waiting[device] or left <= 0:
                         break
                     waited = True
@@ -598,15 +600,28 @@ class WarmPool:
             proc.warm = not waited  # type: ignore[attr-defined]
         return proc
 
+    def _wait_cap_s(self) -> float:
+        """How long a caller waits for a spare in progress: three times the slowest recent start, at
+        least 15 s (60 s before any start is recorded). Called with the lock held."""
+        if not self.starts:
+            return 60.0
+        return max(15.0, 3.0 * max(s["total"] for s in self.starts))
+
     def _refill(self, device: str) -> None:
         with self._lock:
             if self._closed:
                 return
             missing = self.spares - len(self._ready.get(device, ())) - self._starting.get(device, 0)
             self._starting[device] = self._starting.get(device, 0) + max(0, missing)
-        for _ in range(max(0, missing)):
-            threading.Thread(target=self._start_one, args=(device,), daemon=True,
-                             name=f"drkernel-warm-{device}").start()
+        for i in range(max(0, missing)):
+            try:
+                threading.Thread(target=self._start_one, args=(device,), daemon=True,
+                                 name=f"drkernel-warm-{device}").start()
+            except BaseException:  # (no thread: the starts counted for it will not happen; say so to waiters)
+                with self._lock:
+                    self._starting[device] -= missing - i
+                    self._changed.notify_all()
+                raise
 
     def _start_one(self, device: str) -> None:
         proc = None
