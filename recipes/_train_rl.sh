@@ -7,8 +7,10 @@ VAL_FILES="${VAL_FILES:-data/val.parquet}"
 NNODES="${NNODES:-1}"
 GPUS_PER_NODE="${GPUS_PER_NODE:-8}"
 # Where kernels are graded: with GRADER_URL set, on that service's dedicated GPUs (http, the
-# placement for more than two training GPUs: colocated graders slowed 5x per evaluation from 1 to 4
-# GPUs, docs/scaling-14b.md); without it, inside each agent-loop worker on the training GPUs (local).
+# placement for more than two training GPUs: graders on the training host slowed 4-5x per evaluation
+# from 1 to 4 GPUs, one per worker (local) or one per GPU (node) alike, since every candidate process's
+# CUDA context is created one at a time per host; docs/scaling-14b.md); without it, inside each
+# agent-loop worker on the training GPUs (local).
 if [ -n "${GRADER_URL:-}" ] && [ "${GRADER_URL}" != null ]; then
   GRADER_KIND="${GRADER_KIND:-http}"
 else
