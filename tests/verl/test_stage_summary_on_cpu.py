@@ -33,13 +33,19 @@ def test_headline_means_the_steps_after_the_first_and_peaks_memory() -> None:
     rows = [_row(1, **{"timing_s/step": 90.0, "timing_s/gen": 60.0, "perf/total_num_tokens": 9000,
                        "drkernel/rollout/evaluations": 12, "actor/perf/max_memory_allocated_gb": 30.0}),
             _row(2, **{"timing_s/step": 20.0, "timing_s/gen": 10.0, "perf/total_num_tokens": 8000,
-                       "drkernel/rollout/evaluations": 12, "actor/perf/max_memory_allocated_gb": 25.0}),
+                       "drkernel/rollout/evaluations": 12, "actor/perf/max_memory_allocated_gb": 25.0,
+                       "drkernel/rollout/grade_s/sum": 60.0, "drkernel/rollout/grade_stage_s/process_start": 30.0,
+                       "drkernel/rollout/warm_process_frac": 0.5}),
             _row(3, **{"timing_s/step": 30.0, "timing_s/gen": 12.0, "perf/total_num_tokens": 12000,
-                       "drkernel/rollout/evaluations": 6, "actor/perf/max_memory_allocated_gb": 26.0})]
+                       "drkernel/rollout/evaluations": 6, "actor/perf/max_memory_allocated_gb": 26.0,
+                       "drkernel/rollout/grade_s/sum": 24.0, "drkernel/rollout/grade_stage_s/process_start": 0.0,
+                       "drkernel/rollout/warm_process_frac": 1.0})]
     h = summary.headline(rows, gpus=2)
     assert h["steady_steps"] == 2 and h["step_s"] == 25.0
     assert h["tokens_per_s"] == (400.0 + 400.0) / 2 and h["evals_per_s"] == (1.2 + 0.5) / 2
     assert h["mem_alloc_gb"] == 30.0 and h["gpus"] == 2
+    assert h["grade_s_per_eval"] == (5.0 + 4.0) / 2 and h["process_start_share"] == 0.25
+    assert h["warm_process_frac"] == 0.75
     assert summary.headline(rows[:1])["step_s"] == 90.0  # one step: itself
 
 
@@ -59,6 +65,8 @@ def test_speedups_are_against_the_one_gpu_run_of_the_same_model_and_tp_1() -> No
     assert "tok_speedup" not in by["d"]  # no one-GPU run of that model
     text = scaling.table(runs)
     assert "1.80x (90%) ok" in text and "1.60x (80%) < 1.7" in text and "3.00x (75%) < 3.2" in text
+    runs[2].update(grade_s_per_eval=12.25, process_start_share=0.4, warm_process_frac=0.75)
+    assert "| 12.2 | 40% | 75% |" in scaling.table(runs)
 
 
 def test_scaling_main_reads_summaries_and_fails_with_none(tmp_path, capsys) -> None:

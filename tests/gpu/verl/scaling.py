@@ -8,7 +8,9 @@ of the rollout phase), both also per GPU, weight-sync time, the actor's peak mem
 (verl's ``perf/max_memory_allocated_gb``) and the most any GPU held (nvidia-smi: FSDP rank, vLLM
 and the grader's processes together). Scaling against the one-GPU run of the same model and tensor
 parallelism: ``speedup = x(G) / x(1)``, ``efficiency = speedup / G``, for tokens/s and
-evaluations/s (the targets: 1.7x at 2 GPUs, 3.2x at 4).
+evaluations/s (the targets: 1.7x at 2 GPUs, 3.2x at 4). Where grading goes: wall seconds per
+evaluation, the share of it waiting for a candidate process to start, and the evaluations that
+found a warm process (the agent loop's metrics; "-" for runs before them).
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ def _f(x, digits: int = 3) -> str:
     if x is None:
         return "-"
     return f"{x:.{digits}g}" if isinstance(x, float) else str(x)
+
+
+def pct(x) -> str | None:
+    return None if x is None else f"{x:.0%}"
 
 
 def speedups(runs: list[dict]) -> list[dict]:
@@ -46,7 +52,7 @@ def speedups(runs: list[dict]) -> list[dict]:
 def table(runs: list[dict]) -> str:
     head = ["run", "model", "GPUs", "TP", "start-up s", "step s", "gen s", "update s", "w_sync s", "tok/s",
             "tok/s/GPU", "tok speedup (eff.)", "evals/s", "evals/s/GPU", "eval speedup (eff.)",
-            "actor mem/rank GB", "max GPU held GB", "reward"]
+            "grading s/eval", "of it process start", "warm processes", "actor mem/rank GB", "max GPU held GB", "reward"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in sorted(speedups(runs), key=lambda r: (r["preset"] or "", r.get("tp") or 1, r["gpus"] or 0)):
         g = r.get("gpus") or 1
@@ -62,7 +68,8 @@ def table(runs: list[dict]) -> str:
         cells = [r.get("label"), r.get("preset"), g, r.get("tp") or 1, r.get("startup_s"), r.get("step_s"),
                  r.get("gen_s"), r.get("update_s"), r.get("w_sync_s"), r.get("tokens_per_s"),
                  r["tokens_per_s"] / g if r.get("tokens_per_s") else None, sp("tok"), r.get("evals_per_s"),
-                 r["evals_per_s"] / g if r.get("evals_per_s") else None, sp("eval"), r.get("mem_alloc_gb"),
+                 r["evals_per_s"] / g if r.get("evals_per_s") else None, sp("eval"), r.get("grade_s_per_eval"),
+                 pct(r.get("process_start_share")), pct(r.get("warm_process_frac")), r.get("mem_alloc_gb"),
                  max(peaks.values()) if peaks else None, r.get("reward")]
         lines.append("| " + " | ".join(_f(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"

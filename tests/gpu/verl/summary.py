@@ -83,6 +83,11 @@ def headline(rows: list[dict], start: dict | None = None, **labels) -> dict:
            "sampled_tokens_per_s": mean("drkernel/rollout/sampled_tokens", "timing_s/gen"),
            "evals_per_s": mean("drkernel/rollout/evaluations", "timing_s/gen"),
            "evaluations": mean("drkernel/rollout/evaluations"),
+           # where grading goes (the agent loop's metrics): wall seconds per evaluation, the share of
+           # it spent waiting for a candidate process to start, evaluations that found one ready
+           "grade_s_per_eval": mean("drkernel/rollout/grade_s/sum", "drkernel/rollout/evaluations"),
+           "process_start_share": mean("drkernel/rollout/grade_stage_s/process_start", "drkernel/rollout/grade_s/sum"),
+           "warm_process_frac": mean("drkernel/rollout/warm_process_frac"),
            "mem_alloc_gb": peak(MEMORY[0][1]), "mem_reserved_gb": peak(MEMORY[1][1]),
            "reward": mean("drkernel/reward/mean")}
     if start:
