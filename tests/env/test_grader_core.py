@@ -388,7 +388,13 @@ def test_warm_pool_waiter_is_not_stranded_by_a_failed_or_hung_spare_start_or_by_
     close() raises in it at once, and a start that hangs holds it only for the wait cap."""
     from drkernel.env.process import sandbox
 
-    def waiting(pool, out):
+    def waiting(hang):
+        """A pool of one spare whose start blocks on ``hang``, and a caller already waiting for it."""
+        monkeypatch.setattr(sandbox, "CandidateProcess", _fake_processes(hang))
+        pool = sandbox.WarmPool(spares=1)
+        pool.prewarm("cpu")
+        out = []
+
         def run():
             try:
                 out.append(pool.acquire("cpu", timeout_s=30))
@@ -398,14 +404,10 @@ def test_warm_pool_waiter_is_not_stranded_by_a_failed_or_hung_spare_start_or_by_
         t.start()
         time.sleep(0.2)
         assert not out and t.is_alive()  # waiting for the spare in progress, not starting its own
-        return t
+        return pool, out, t
 
     fail = threading.Event()
-    monkeypatch.setattr(sandbox, "CandidateProcess", _fake_processes(fail))
-    pool = sandbox.WarmPool(spares=1)
-    pool.prewarm("cpu")
-    got = []
-    t = waiting(pool, got)
+    pool, got, t = waiting(fail)
     fail.set()  # the spare fails: the waiter is told (not left to its 30 s)
     t.join(3)
     assert not t.is_alive() and got[0].n >= 2 and got[0].warm is False
@@ -413,21 +415,13 @@ def test_warm_pool_waiter_is_not_stranded_by_a_failed_or_hung_spare_start_or_by_
     pool.close()
 
     never = threading.Event()
-    monkeypatch.setattr(sandbox, "CandidateProcess", _fake_processes(never))
-    pool = sandbox.WarmPool(spares=1)
-    pool.prewarm("cpu")
-    got = []
-    t = waiting(pool, got)
+    pool, got, t = waiting(never)
     pool.close()  # the pool closes: the waiter is told
     t.join(3)
     assert not t.is_alive() and got == ["WarmPool is closed"]
 
-    monkeypatch.setattr(sandbox, "CandidateProcess", _fake_processes(never))
     monkeypatch.setattr(sandbox.WarmPool, "_wait_cap_s", lambda self: 0.5)
-    pool = sandbox.WarmPool(spares=1)
-    pool.prewarm("cpu")
-    got = []
-    t = waiting(pool, got)  # the spare hangs: the waiter gives up on it after the cap
+    pool, got, t = waiting(never)  # the spare hangs: the waiter gives up on it after the cap
     t.join(3)
     assert not t.is_alive() and got[0].n >= 2 and pool.fresh_starts == 1
     never.set()
