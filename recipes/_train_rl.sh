@@ -10,7 +10,10 @@ GPUS_PER_NODE="${GPUS_PER_NODE:-8}"
 # placement for more than two training GPUs: graders on the training host slowed 4-5x per evaluation
 # from 1 to 4 GPUs, one per worker (local) or one per GPU (node) alike, since every candidate process's
 # CUDA context is created one at a time per host; docs/scaling-14b.md); without it, inside each
-# agent-loop worker on the training GPUs (local).
+# agent-loop worker on the training GPUs (local). On a host that trains and grades, exporting
+# DRKERNEL_WORKER_CUDA_CONNECTIONS=1 (and forwarding it to Ray's processes, as
+# tests/gpu/verl/ppo_steps.sh does) made grading 2.6x faster per evaluation at 4 GPUs
+# (docs/results/h200x4-2026-11-28c.md); it is opt-in until the GPU suites have run under it.
 if [ -n "${GRADER_URL:-}" ] && [ "${GRADER_URL}" != null ]; then
   GRADER_KIND="${GRADER_KIND:-http}"
 else

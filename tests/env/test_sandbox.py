@@ -181,6 +181,29 @@ def test_the_worker_environment_keeps_the_working_directory_off_sys_path(tmp_pat
     assert "sys.path = [" in out and str(tmp_path) not in out, out
 
 
+def test_worker_cuda_connections_reach_gpu_workers_only(monkeypatch):
+    """DRKERNEL_WORKER_CUDA_CONNECTIONS sets CUDA_DEVICE_MAX_CONNECTIONS in a GPU worker's
+    environment (not the grader's own, not a CPU worker's); unset, CUDA keeps its default; a value
+    CUDA would not take is refused by name."""
+    from drkernel.env.process.sandbox import worker_env
+    from drkernel.env.result import EnvironmentFailure
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
+    monkeypatch.delenv("DRKERNEL_WORKER_CUDA_CONNECTIONS", raising=False)
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in worker_env("cuda:1")
+    monkeypatch.setenv("DRKERNEL_WORKER_CUDA_CONNECTIONS", " 1 ")
+    env = worker_env("cuda:1")
+    assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" and env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert not any(k.startswith("DRKERNEL_WORKER_CUDA") for k in env)  # the grader's knob stays the grader's
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in worker_env("cpu")
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in os.environ
+    for bad in ("0", "33", "two", "1.5"):
+        monkeypatch.setenv("DRKERNEL_WORKER_CUDA_CONNECTIONS", bad)
+        with pytest.raises(EnvironmentFailure, match="DRKERNEL_WORKER_CUDA_CONNECTIONS must be an integer from 1 to 32"):
+            worker_env("cuda:0")
+
+
 def test_unknown_start_method_is_named(monkeypatch):
     from drkernel.env.result import EnvironmentFailure
     from drkernel.env.process.sandbox import start_method_default

@@ -53,7 +53,7 @@ mapfile -t OVERRIDES < <(sed -e '/^[[:space:]]*#/d' -e '/^[[:space:]]*$/d' \
 export TENSORBOARD_DIR="$WORK/tensorboard" VERL_FILE_LOGGER_PATH="$RES/metrics.jsonl"
 FORWARD=()
 for k in PYTHONPATH VLLM_USE_FLASHINFER_SAMPLER VLLM_ENABLE_V1_MULTIPROCESSING HF_HUB_OFFLINE TRANSFORMERS_OFFLINE \
-         TENSORBOARD_DIR VERL_FILE_LOGGER_PATH VERL_USE_EXTERNAL_MODULES; do
+         TENSORBOARD_DIR VERL_FILE_LOGGER_PATH VERL_USE_EXTERNAL_MODULES DRKERNEL_WORKER_CUDA_CONNECTIONS; do
   [ -n "${!k:-}" ] && FORWARD+=("+ray_kwargs.ray_init.runtime_env.env_vars.$k='${!k}'")
 done
 

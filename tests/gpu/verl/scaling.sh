@@ -10,7 +10,9 @@
 # candidate processes per GPU; unset = the grader's default). PPO_TIMEOUT (per run, default 500 s: the
 # 4-GPU run needed ~410 s for 3 steps) bounds each run. FIRST_GPU [0] shifts the GPUs (run K uses
 # FIRST_GPU..FIRST_GPU+GPUS-1) and RAY_STOP=0 leaves Ray alone after each run, for a run beside another
-# Ray job on the same machine (give each its own RAY_TMPDIR). Exit status: 1 if any run failed.
+# Ray job on the same machine (give each its own RAY_TMPDIR). DRKERNEL_WORKER_CUDA_CONNECTIONS (exported)
+# gives the grader's candidate processes that many CUDA hardware queues (ppo_steps.sh forwards it to
+# Ray's processes; the label says it). Exit status: 1 if any run failed.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 cd "$ROOT"
@@ -25,7 +27,7 @@ status=0
 summaries=()
 for spec in "$@"; do
   g="${spec%%:*}"; tp="${spec#*:}"; [ "$tp" = "$spec" ] && tp=1
-  label="scale-$PRESET-g$g-tp$tp${GRADER_KIND:+-$GRADER_KIND}${GRADER_SPARES:+-s$GRADER_SPARES}"
+  label="scale-$PRESET-g$g-tp$tp${GRADER_KIND:+-$GRADER_KIND}${GRADER_SPARES:+-s$GRADER_SPARES}${DRKERNEL_WORKER_CUDA_CONNECTIONS:+-conn$DRKERNEL_WORKER_CUDA_CONNECTIONS}"
   OUT="$OUT" GPUS="$g" TP="$tp" PRESET="$PRESET" LABEL="$label" \
     CUDA_VISIBLE_DEVICES="$(seq -s, "${FIRST_GPU:-0}" $((${FIRST_GPU:-0} + g - 1)))" bash tests/gpu/verl/ppo_steps.sh trainer.save_freq=-1 \
     ${GRADER_KIND:+drkernel.grader.kind=$GRADER_KIND} ${GRADER_SPARES:+drkernel.grader.spares=$GRADER_SPARES} || status=1
