@@ -183,8 +183,9 @@ def test_the_worker_environment_keeps_the_working_directory_off_sys_path(tmp_pat
 
 def test_worker_cuda_connections_reach_gpu_workers_only(monkeypatch):
     """DRKERNEL_WORKER_CUDA_CONNECTIONS sets CUDA_DEVICE_MAX_CONNECTIONS in a GPU worker's
-    environment (not the grader's own, not a CPU worker's); unset, CUDA keeps its default; a value
-    CUDA would not take is refused by name."""
+    environment (not the grader's own, not a CPU worker's); unset, CUDA keeps its default, even
+    when the grader's process has a value of its own (verl sets one for Megatron); a value CUDA
+    would not take is refused by name."""
     from drkernel.env.process.sandbox import worker_env
     from drkernel.env.result import EnvironmentFailure
 
@@ -192,6 +193,9 @@ def test_worker_cuda_connections_reach_gpu_workers_only(monkeypatch):
     monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
     monkeypatch.delenv("DRKERNEL_WORKER_CUDA_CONNECTIONS", raising=False)
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in worker_env("cuda:1")
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")  # the trainer's, not the candidates'
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in worker_env("cuda:1")
+    monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS")
     monkeypatch.setenv("DRKERNEL_WORKER_CUDA_CONNECTIONS", " 1 ")
     env = worker_env("cuda:1")
     assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" and env["CUDA_VISIBLE_DEVICES"] == "1"

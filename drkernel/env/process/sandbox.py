@@ -534,9 +534,12 @@ def worker_env(device: str) -> dict[str, str]:
         env["DRKERNEL_WORKER_DEVICE"] = "cuda"
         # Opt-in: fewer hardware work queues per candidate context. Creating and tearing down a
         # CUDA context serialises across the whole host (~3.5 a second on a 4 x H200 host, whichever
-        # GPU), which caps one-process-per-candidate grading; with 1 queue a context is made ~35 %
-        # faster and torn down ~3x faster (tests/benchmarks/diagnostics/context_churn.py), at the cost of
+        # GPU), which caps one-process-per-candidate grading; with 1 queue a context is made 23-39 %
+        # faster and torn down 2.5-3x faster (tests/benchmarks/diagnostics/context_churn.py), at the cost of
         # a candidate's streams sharing one queue. Only the workers get it (not the trainer's processes).
+        # (A CUDA_DEVICE_MAX_CONNECTIONS of the grader's own, e.g. verl's for Megatron, is not the
+        # candidates': they get CUDA's default unless the knob says otherwise.)
+        env.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
         conns = worker_cuda_connections()
         if conns is not None:
             env["CUDA_DEVICE_MAX_CONNECTIONS"] = str(conns)

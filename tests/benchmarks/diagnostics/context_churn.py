@@ -61,14 +61,33 @@ def child(gpu: int, env: dict[str, str], heavy: bool, wfd: int, wait_kill: bool)
     os._exit(0)
 
 
+def _said(data: bytes) -> dict | None:
+    """The child's one line ({"ctx": s, "work": s}), or None if it said nothing readable."""
+    try:
+        return json.loads(data.decode().splitlines()[0])
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return None
+
+
 def run_variant(name: str, gpus: int, concurrency: int, seconds: float) -> dict:
+    """Keep ``concurrency`` children alive for ``seconds``; a lifecycle counts when its child said
+    its line and exited cleanly (status 0, or killed by us in the kill variant). Rates: completions
+    within the window per second of it (``per_s``), and Little's law, ``concurrency / mean
+    lifecycle`` (``little_per_s``: the steady rate, without the ramp and the drain)."""
     env, heavy, kill = VARIANTS[name]
     live: dict[int, tuple[int, float]] = {}  # pid -> (read fd, fork time)
-    said: dict[int, float] = {}
+    said: dict[int, tuple[float, dict | None]] = {}  # pid -> (when, what)
     ctx, work, teardown, lifecycle = [], [], [], []
-    started = 0
+    started = failed = in_window = 0
     t_start = time.monotonic()
     t_end = t_start + seconds
+
+    def hear(pid: int, r: int) -> None:
+        data = os.read(r, 4096)
+        said[pid] = (time.monotonic(), _said(data))
+        if kill:
+            os.kill(pid, signal.SIGKILL)
+
     while True:
         while time.monotonic() < t_end and len(live) < concurrency:
             r, w = os.pipe()
@@ -85,38 +104,36 @@ def run_variant(name: str, gpus: int, concurrency: int, seconds: float) -> dict:
             started += 1
         if not live:
             break
-        # read whatever children said (blocking reads are short: a child writes one line then exits)
-        for pid, (r, t_fork) in list(live.items()):
-            if pid in said:
-                continue
-            if select.select([r], [], [], 0)[0]:
-                data = os.read(r, 4096)
-                said[pid] = time.monotonic()
-                if data:
-                    d = json.loads(data.decode().splitlines()[0])
-                    ctx.append(d["ctx"])
-                    work.append(d["work"])
-                if kill:
-                    os.kill(pid, signal.SIGKILL)
+        for pid, (r, _) in list(live.items()):  # what children said (one line each, then they exit)
+            if pid not in said and select.select([r], [], [], 0)[0]:
+                hear(pid, r)
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            pid = 0
-        if pid in live:
-            r, t_fork = live.pop(pid)
-            os.close(r)
-            now = time.monotonic()
-            if pid in said:
-                teardown.append(now - said.pop(pid))
-                lifecycle.append(now - t_fork)
-        else:
+            pid, status = 0, 0
+        if pid not in live:
             time.sleep(0.005)
-    n = len(lifecycle)
-    elapsed = time.monotonic() - t_start
+            continue
+        r, t_fork = live.pop(pid)
+        if pid not in said and select.select([r], [], [], 0)[0]:
+            hear(pid, r)  # it wrote and exited between the scan and the reap
+        os.close(r)
+        now = time.monotonic()
+        when, what = said.pop(pid, (None, None))
+        clean = os.waitstatus_to_exitcode(status) in ((0, -signal.SIGKILL) if kill else (0,))
+        if when is None or what is None or not clean:
+            failed += 1
+            continue
+        ctx.append(what["ctx"])
+        work.append(what["work"])
+        teardown.append(now - when)
+        lifecycle.append(now - t_fork)
+        in_window += now <= t_end
     mean = lambda xs: round(statistics.fmean(xs), 3) if xs else None  # noqa: E731
-    return {"variant": name, "gpus": gpus, "concurrency": concurrency, "lifecycles": n,
-            "per_s": round(n / elapsed, 2), "ctx_s": mean(ctx), "work_s": mean(work), "teardown_s": mean(teardown),
-            "lifecycle_s": mean(lifecycle)}
+    return {"variant": name, "gpus": gpus, "concurrency": concurrency, "lifecycles": len(lifecycle),
+            "failed": failed, "per_s": round(in_window / seconds, 2),
+            "little_per_s": round(concurrency / statistics.fmean(lifecycle), 2) if lifecycle else None,
+            "ctx_s": mean(ctx), "work_s": mean(work), "teardown_s": mean(teardown), "lifecycle_s": mean(lifecycle)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default="ctx,worker,worker-1conn,worker-kill")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    import torch  # noqa: F401  (the template's import, before any fork: no CUDA context here)
+    import torch  # the template's import, before any fork: no CUDA context here
+
+    del torch
 
     rows = []
     for name in args.variants.split(","):

@@ -7,7 +7,8 @@
 # them), with `vmstat 1` and `top` snapshots beside each arm. Prints each arm's evaluations/min per
 # GPU and mean seconds per evaluation by grading stage (grader_host_scaling.py), so a stage that
 # grows with the number of GPUs grading (not with the work per GPU) shows at a glance.
-# SPARES sets the warm processes per GPU (default: the grader's own).
+# SPARES sets the warm processes per GPU (default: the grader's own); an exported
+# DRKERNEL_WORKER_CUDA_CONNECTIONS reaches the candidates (summary.md says which). Exit 1 if an arm failed.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 cd "$ROOT"
@@ -33,8 +34,12 @@ arm() {  # arm NAME GPUS...
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   kill "$vm" "$tp" 2>/dev/null; wait "$vm" "$tp" 2>/dev/null
   echo "== $name: exit $rc"
+  return $rc
 }
 
-arm alone 0
-arm "all$N" $(seq 0 $((N - 1)))
-$PY tests/benchmarks/diagnostics/grader_host_scaling.py "$OUT" | tee "$OUT/summary.md"
+status=0
+arm alone 0 || status=1
+arm "all$N" $(seq 0 $((N - 1))) || status=1
+{ echo "DRKERNEL_WORKER_CUDA_CONNECTIONS=${DRKERNEL_WORKER_CUDA_CONNECTIONS:-} (unset: CUDA's default queues)"
+  $PY tests/benchmarks/diagnostics/grader_host_scaling.py "$OUT"; } | tee "$OUT/summary.md"
+exit $status
