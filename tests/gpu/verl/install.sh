@@ -49,5 +49,7 @@ fi
 ( cd "$ROOT" && "$PY" setup.py -q egg_info --egg-base "$SITE" >/dev/null 2>&1 ) \
   || echo "install: WARNING: drkernel egg_info failed; set VERL_USE_EXTERNAL_MODULES=drkernel.verl.plugin"
 printf 'install: %s\n' "$(ls "$SITE" | grep -E '\.(dist|egg)-info$' | sed -E 's/\.(dist|egg)-info$//' | tr '\n' ' ')"
+# whether this Python writes bytecode caches at all (if not, only the compileall above gives them)
+"$PY" -c 'import sys; print(f"install: python writes bytecode: {not sys.flags.dont_write_bytecode}, pycache prefix: {sys.pycache_prefix}")' || true
 printf 'install: %d distributions in %s, %s MiB, %d s\n' "$(ls "$SITE" | grep -cE '\.(dist|egg)-info$')" \
   "$SITE" "$(du -sm "$SITE" | cut -f1)" "$((SECONDS - t0))"
