@@ -108,6 +108,7 @@ class DrKernelPPOTrainer(PPOTrainerSync):
         from drkernel.verl.config import drkernel_node, step_config
 
         self._node = drkernel_node(config)
+        self._grader_prestart = None
         self._step_config = step_config(config, estimator=str(config.algorithm.adv_estimator),
                                         gamma=float(config.algorithm.gamma),
                                         samples_per_prompt=int(config.actor_rollout_ref.rollout.n))
@@ -120,6 +121,18 @@ class DrKernelPPOTrainer(PPOTrainerSync):
             with open_dict(config):
                 config.data.gen_batch_size = 1
         super().__init__(config)
+
+    def init(self):
+        """verl's init (the FSDP workers, the vLLM servers), then the node's graders started ahead
+        (:func:`drkernel.verl.grading.prestart`), beside the agent-loop workers' start rather than
+        inside step 1. After vLLM, not beside it: vLLM sizes its KV cache against the memory free
+        when it starts, which the graders' warm processes would have taken."""
+        from drkernel.verl.config import grader_settings
+        from drkernel.verl.grading import prestart
+
+        result = super().init()
+        self._grader_prestart = prestart(grader_settings(self._node))
+        return result
 
     @property
     def trainer_mode(self) -> str:

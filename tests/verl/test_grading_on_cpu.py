@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("verl")
 
 from drkernel.verl.config import DEFAULTS  # noqa: E402
-from drkernel.verl.grading import make_grader, shared_grader  # noqa: E402
+from drkernel.verl.grading import make_grader, prestart, shared_grader  # noqa: E402
 
 
 def test_local_grader_from_settings_and_shared() -> None:
@@ -21,6 +21,21 @@ def test_local_grader_from_settings_and_shared() -> None:
     finally:
         g.close()
     assert shared_grader(settings) is shared_grader(dict(settings))
+
+
+def test_prestart_is_for_node_graders_only(monkeypatch) -> None:
+    """Only kind=node starts graders ahead (in the trainer's process); a failure there is printed,
+    not raised (the agent-loop workers start them as before)."""
+    import drkernel.verl.grading as grading
+
+    calls = []
+    monkeypatch.setattr(grading, "shared_grader", lambda s: calls.append(s["kind"]) or 1 / 0)
+    for kind in ("local", "ray", "http"):
+        assert prestart({**DEFAULTS["grader"], "kind": kind}) is None
+    assert calls == []
+    thread = prestart({**DEFAULTS["grader"], "kind": "node"})
+    thread.join(10)
+    assert calls == ["node"] and not thread.is_alive()
 
 
 def test_bad_grader_settings() -> None:
@@ -67,10 +82,20 @@ def test_node_grader_is_one_actor_per_device_shared_by_every_agent_loop_worker()
 
                 shared_grader(settings).close()
 
+        # the trainer starts the node's grading actors ahead (drkernel.verl.grading.prestart): the
+        # workers below attach to that actor, not a new one
+        thread = prestart(settings)
+        thread.join(120)
+        assert not thread.is_alive()
+        named = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
+        ahead = [n for n in named if n.startswith("drkernel-grader-")]
+        assert len(ahead) == 1, named
+        ahead_id = ray.get_actor(ahead[0])._actor_id.hex()
         w1, w2 = AgentLoopWorker.remote(), AgentLoopWorker.remote()
         ids1, ok1, pid1 = ray.get(w1.grade.remote(settings, solution))
         ids2, ok2, pid2 = ray.get(w2.grade.remote(settings, wrong))
         assert pid1 != pid2 and len(ids1) == 1 and ids1 == ids2  # one actor for the node's one device
+        assert ids1 == [ahead_id]  # the one started ahead
         assert ok1 is True and ok2 is False
         ray.get(w1.close.remote(settings))
         assert ray.get(w2.grade.remote(settings, solution))[1] is True  # the pool lives on

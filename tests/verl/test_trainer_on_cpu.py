@@ -151,6 +151,22 @@ def test_the_trainer_is_verls_sync_trainer_under_its_registry_name(monkeypatch) 
     assert cfg_off.data.get("gen_batch_size") is None
 
 
+def test_init_starts_node_graders_after_verls_init(monkeypatch) -> None:
+    """The node's graders are started ahead once verl's init (FSDP, vLLM) is done, with the
+    run's drkernel.grader settings; not before (vLLM sizes its cache against the free memory)."""
+    from drkernel.train import compose
+
+    order = []
+    monkeypatch.setattr(trainer_mod.PPOTrainerSync, "__init__", lambda self, config: setattr(self, "config", config))
+    monkeypatch.setattr(trainer_mod.PPOTrainerSync, "init", lambda self: order.append("verl init") or "done")
+    import drkernel.verl.grading as grading
+
+    monkeypatch.setattr(grading, "prestart", lambda settings: order.append(("prestart", settings["kind"])) or "thread")
+    t = trainer_mod.DrKernelPPOTrainer(compose(["drkernel.grader.kind=node"]))
+    assert order == []
+    assert t.init() == "done" and order == ["verl init", ("prestart", "node")] and t._grader_prestart == "thread"
+
+
 def test_group_filter_classification() -> None:
     dropped = trainer_mod.classify_groups(
         {"same": [1.0, 1.0, 1.0], "signal": [0.0, 1.5, 0.2], "tiny": [0.5, 0.5004, 0.5], "small": [0.0, 2.0]},
