@@ -32,9 +32,10 @@ def parse_log(text: str) -> tuple[list[float], dict[str, float], list[float], in
             for part in m.group(3).split():
                 key, _, value = part.partition("=")
                 try:
-                    stages[key] += float(value)
+                    seconds = float(value)
                 except ValueError:
-                    pass
+                    continue
+                stages[key] += seconds
             continue
         r = RATE.match(line.strip())
         if r:
