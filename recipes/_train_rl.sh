@@ -10,10 +10,15 @@ GPUS_PER_NODE="${GPUS_PER_NODE:-8}"
 # placement for more than two training GPUs: graders on the training host slowed 4-5x per evaluation
 # from 1 to 4 GPUs, one per worker (local) or one per GPU (node) alike, since every candidate process's
 # CUDA context is created one at a time per host; docs/scaling-14b.md); without it, inside each
-# agent-loop worker on the training GPUs (local). On a host that trains and grades, exporting
-# DRKERNEL_WORKER_CUDA_CONNECTIONS=1 (and forwarding it to Ray's processes, as
-# tests/gpu/verl/ppo_steps.sh does) made grading 2.6x faster per evaluation at 4 GPUs
-# (docs/results/h200x4-2026-11-28c.md); it is opt-in until the GPU suites have run under it.
+# agent-loop worker on the training GPUs (local).
+# WORKER_CUDA_CONNECTIONS [1]: CUDA hardware queues of each candidate's process
+# (DRKERNEL_WORKER_CUDA_CONNECTIONS, forwarded to every Ray process of the job; empty: CUDA's default
+# of 8). One queue makes a candidate's CUDA context 2.5-3x cheaper to tear down, and on a host that
+# trains and grades that made grading 2.6x faster per evaluation at 4 GPUs
+# (docs/results/h200x4-2026-11-28c.md); the red team (90 kernels) and tests/gpu gave the same verdicts
+# under it (docs/results/h200-2026-11-28d.md). The cost: a candidate's own streams share one queue, so
+# work it spreads over several streams overlaps less (single-stream kernels and references are
+# unaffected). A `drkernel serve` grader (GRADER_URL) reads the variable from its own environment.
 if [ -n "${GRADER_URL:-}" ] && [ "${GRADER_URL}" != null ]; then
   GRADER_KIND="${GRADER_KIND:-http}"
 else
@@ -21,6 +26,7 @@ else
 fi
 GRADER_URL="${GRADER_URL:-null}"
 GRADER_DEVICE="${GRADER_DEVICE:-cuda}"
+WORKER_CUDA_CONNECTIONS="${WORKER_CUDA_CONNECTIONS-${DRKERNEL_WORKER_CUDA_CONNECTIONS-1}}"
 OUTPUT_DIR="${OUTPUT_DIR:-checkpoints/drkernel/$EXPERIMENT}"
 
 ARGS=(
@@ -35,6 +41,9 @@ ARGS=(
   drkernel.grader.url="$GRADER_URL"
   drkernel.grader.device="$GRADER_DEVICE"
 )
+if [ -n "$WORKER_CUDA_CONNECTIONS" ]; then
+  ARGS+=("+ray_kwargs.ray_init.runtime_env.env_vars.DRKERNEL_WORKER_CUDA_CONNECTIONS='$WORKER_CUDA_CONNECTIONS'")
+fi
 
 if [ "$DRY_RUN" = "1" ]; then
   exec "$(drk_python)" -m drkernel train --backend verl --dry-run "${ARGS[@]}" "${OVERRIDES[@]}"

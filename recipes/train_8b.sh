@@ -22,6 +22,8 @@
 #                   graded (local: on the training GPUs, fine up to 2; docs/scaling-14b.md)
 #   GRADER_URL      drkernel grading service URL (GRADER_KIND=http)
 #   GRADER_DEVICE   cuda | cpu for local/ray graders [cuda]
+#   WORKER_CUDA_CONNECTIONS  CUDA hardware queues of each candidate's process [1; empty: CUDA's 8]
+#                   (recipes/_train_rl.sh says why)
 #   EXPERIMENT      run name [dr_kernel_8b_trloo_mrs_pr_prs]
 #   OUTPUT_DIR      checkpoints and resolved config [checkpoints/drkernel/$EXPERIMENT]
 #   PYTHON          interpreter [python3]

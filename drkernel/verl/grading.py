@@ -12,6 +12,7 @@ Ray for GPUs of their own; ``http``: drkernel's grading service. The Ray and HTT
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,8 +83,10 @@ def prestart(settings: Mapping[str, Any]) -> threading.Thread | None:
         return None
 
     def run() -> None:
+        t0 = time.monotonic()
         try:
             shared_grader(settings)
+            print(f"drkernel: the node's graders started ahead of step 1 ({time.monotonic() - t0:.1f} s)", flush=True)
         except Exception as exc:  # noqa: BLE001 - an optimisation; the workers retry on their own
             print(f"drkernel: starting the node's graders ahead failed ({type(exc).__name__}: {exc}); "
                   "the agent-loop workers will start them", flush=True)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = ["tests/gpu/run.sh", "tests/gpu/local_train.sh", "tests/gpu/verl/ppo_steps.sh", "recipes/_train_rl.sh",
+SCRIPTS = ["tests/gpu/run.sh", "tests/gpu/local_train.sh", "tests/gpu/verl/ppo_steps.sh", "tests/gpu/verl/install.sh",
+           "tests/gpu/pycache.sh", "tests/gpu/verl/import_cost.sh", "recipes/_train_rl.sh",
            "recipes/sft_coldstart.sh", "examples/quickstart.sh"]
 PATH = re.compile(r"(?<![\w/.])((?:tests|envs|examples|recipes|docs)/[\w./-]*\.(?:py|sh|txt|json|yaml))")
 

@@ -23,7 +23,7 @@ def test_local_grader_from_settings_and_shared() -> None:
     assert shared_grader(settings) is shared_grader(dict(settings))
 
 
-def test_prestart_is_for_node_graders_only(monkeypatch) -> None:
+def test_prestart_is_for_node_graders_only(monkeypatch, capsys) -> None:
     """Only kind=node starts graders ahead (in the trainer's process); a failure there is printed,
     not raised (the agent-loop workers start them as before)."""
     import drkernel.verl.grading as grading
@@ -36,6 +36,10 @@ def test_prestart_is_for_node_graders_only(monkeypatch) -> None:
     thread = prestart({**DEFAULTS["grader"], "kind": "node"})
     thread.join(10)
     assert calls == ["node"] and not thread.is_alive()
+    assert "starting the node's graders ahead failed (ZeroDivisionError" in capsys.readouterr().out
+    monkeypatch.setattr(grading, "shared_grader", lambda s: calls.append(s["kind"]))
+    prestart({**DEFAULTS["grader"], "kind": "node"}).join(10)
+    assert "the node's graders started ahead of step 1" in capsys.readouterr().out  # the run's log shows it
 
 
 def test_bad_grader_settings() -> None:

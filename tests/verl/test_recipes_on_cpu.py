@@ -51,6 +51,23 @@ def test_recipe_dry_runs(tmp_path) -> None:
     assert not list(tmp_path.glob("checkpoints"))  # nothing was written or started
 
 
+def test_candidates_get_one_cuda_queue_unless_told_otherwise(tmp_path) -> None:
+    """The RL recipes forward DRKERNEL_WORKER_CUDA_CONNECTIONS=1 to every Ray process of the job (the
+    graders' candidate processes read it); WORKER_CUDA_CONNECTIONS (or the variable itself) sets
+    another count, and an empty value leaves CUDA's default (nothing forwarded)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("WORKER_CUDA_CONNECTIONS", "DRKERNEL_WORKER_CUDA_CONNECTIONS")}
+    env["PYTHON"] = sys.executable
+    got = {}
+    for name, extra in (("default", {}), ("four", {"WORKER_CUDA_CONNECTIONS": "4"}),
+                        ("inherited", {"DRKERNEL_WORKER_CUDA_CONNECTIONS": "2"}), ("off", {"WORKER_CUDA_CONNECTIONS": ""})):
+        proc = subprocess.run(["bash", str(ROOT / "recipes" / "train_8b.sh"), "--dry-run"], cwd=tmp_path,
+                              env={**env, **extra}, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        env_vars = ((yaml.safe_load(proc.stdout).get("ray_kwargs") or {}).get("ray_init") or {}).get("runtime_env") or {}
+        got[name] = (env_vars.get("env_vars") or {}).get("DRKERNEL_WORKER_CUDA_CONNECTIONS")
+    assert got == {"default": "1", "four": "4", "inherited": "2", "off": None}
+
+
 def test_sft_data_conversion(tmp_path) -> None:
     import json
 

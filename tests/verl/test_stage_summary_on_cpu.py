@@ -66,7 +66,27 @@ def test_speedups_are_against_the_one_gpu_run_of_the_same_model_and_tp_1() -> No
     text = scaling.table(runs)
     assert "1.80x (90%) ok" in text and "1.60x (80%) < 1.7" in text and "3.00x (75%) < 3.2" in text
     runs[2].update(grade_s_per_eval=12.25, process_start_share=0.4, warm_process_frac=0.75)
-    assert "| 12.2 | 40% | 75% |" in scaling.table(runs)
+    assert "| a | 12.2 | 40% | 75% |" in scaling.table(runs)
+
+
+def test_the_baseline_is_the_one_gpu_run_with_the_same_grading_settings() -> None:
+    """scaling.sh's labels carry the grading settings after -gN-tpN: a 4-GPU run with node graders,
+    16 spares and one queue is measured against the one-GPU run with those settings, not against
+    one graded differently; without such a run, against the preset's first one-GPU run."""
+    assert scaling.settings("scale-1.5b-g4-tp1-node-s16-conn1") == "node-s16-conn1"
+    assert scaling.settings("scale-1.5b-g1-tp1") == "" and scaling.settings("g1") == ""
+    runs = [{"label": "g1", "preset": "1.5b", "gpus": 1, "tp": 1, "tokens_per_s": 1330.0, "evals_per_s": 0.8},
+            {"label": "scale-1.5b-g1-tp1-node-s16-conn1", "preset": "1.5b", "gpus": 1, "tp": 1,
+             "tokens_per_s": 900.0, "evals_per_s": 0.5},
+            {"label": "scale-1.5b-g4-tp1-node-s16-conn1", "preset": "1.5b", "gpus": 4, "tp": 1,
+             "tokens_per_s": 3150.0, "evals_per_s": 1.8},
+            {"label": "scale-1.5b-g4-tp1-node", "preset": "1.5b", "gpus": 4, "tp": 1, "tokens_per_s": 2660.0}]
+    by = {r["label"]: r for r in scaling.speedups(runs)}
+    c1 = by["scale-1.5b-g4-tp1-node-s16-conn1"]
+    assert c1["baseline"] == "scale-1.5b-g1-tp1-node-s16-conn1" and c1["tok_speedup"] == 3.5 and c1["eval_speedup"] == 3.6
+    assert by["scale-1.5b-g4-tp1-node"]["baseline"] == "g1" and by["scale-1.5b-g4-tp1-node"]["tok_speedup"] == 2.0
+    assert by["g1"]["baseline"] == "g1" and by["g1"]["tok_speedup"] == 1.0
+    assert "3.50x (88%) ok | 1.8 | 0.45 | 3.60x (90%) ok | scale-1.5b-g1-tp1-node-s16-conn1 |" in scaling.table(runs)
 
 
 def test_scaling_main_reads_summaries_and_fails_with_none(tmp_path, capsys) -> None:

@@ -17,6 +17,11 @@ export RAY_AUTH_MODE=disabled
 # No internet: never wait on the Hub.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
 export TOKENIZERS_PARALLELISM=false
+# Bytecode from tests/gpu/pycache.sh's prefix (install.sh builds it): the image writes none and ships
+# torch without any, so each of verl's processes would compile torch's sources again.
+if [ -z "${PYTHONPYCACHEPREFIX:-}" ] && [ -f "${DRKERNEL_PYCACHE:-/tmp/drkernel-pycache}/.complete" ]; then
+  export PYTHONPYCACHEPREFIX="${DRKERNEL_PYCACHE:-/tmp/drkernel-pycache}"
+fi
 # drkernel's verl plugin comes through its entry point (install.sh writes drkernel.egg-info into
 # $VERL_SITE); without that file, through verl's module list instead.
 if ! ls "$VERL_SITE"/drkernel*.egg-info >/dev/null 2>&1; then

@@ -2,8 +2,9 @@
 # Device side, after every chunk is staged (tests/gpu/verl/README.md):
 #   bash tests/gpu/verl/install.sh       # then: export PYTHONPATH=/tmp/verl-site:$PYTHONPATH
 # Re-joins vllm from its parts, checks every file against SHA256SUMS, installs all wheels with
-# `pip install --no-index --no-deps --no-compile --target $VERL_SITE` (/tmp/verl-site), compiles their
-# bytecode in parallel (compileall; VERL_COMPILE=0 skips) and writes
+# `pip install --no-index --no-deps --no-compile --target $VERL_SITE` (/tmp/verl-site), compiles
+# their bytecode, the image's and this checkout's into one prefix (tests/gpu/pycache.sh, which env.sh
+# then exports; VERL_COMPILE=0 skips) and writes
 # drkernel's egg-info there (its `verl.plugins` entry point, from setup.py) so that `import verl`
 # loads drkernel's plugin as in a pip install. Prints what it installed. Idempotent: a second run
 # with the same SHA256SUMS only re-checks and prints.
@@ -31,15 +32,6 @@ if [ "$(cat "$SITE/.verl-stage-installed" 2>/dev/null || true)" != "$stamp" ]; t
   rm -rf "$SITE"; mkdir -p "$SITE"
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check \
     --target "$SITE" ./*.whl
-  # Bytecode once, in parallel: every process of verl's chain (driver, TaskRunner, FSDP workers, the
-  # vLLM server and engine core) imports verl, transformers and vLLM one after another, ~20 s each
-  # on the device; without cached bytecode an import of verl's trainer takes 22.5 s instead of 7.9
-  # on the CPU machine. VERL_COMPILE=0 skips it. (Not yet measured on the device.)
-  if [ "${VERL_COMPILE:-1}" != 0 ]; then
-    tc=$SECONDS
-    "$PY" -m compileall -q -j 0 "$SITE" > /dev/null 2>&1 || true
-    echo "install: bytecode compiled in $((SECONDS - tc)) s"
-  fi
   echo "$stamp" > "$SITE/.verl-stage-installed"
 else
   echo "install: already installed in $SITE (same SHA256SUMS)"
@@ -49,7 +41,11 @@ fi
 ( cd "$ROOT" && "$PY" setup.py -q egg_info --egg-base "$SITE" >/dev/null 2>&1 ) \
   || echo "install: WARNING: drkernel egg_info failed; set VERL_USE_EXTERNAL_MODULES=drkernel.verl.plugin"
 printf 'install: %s\n' "$(ls "$SITE" | grep -E '\.(dist|egg)-info$' | sed -E 's/\.(dist|egg)-info$//' | tr '\n' ' ')"
-# whether this Python writes bytecode caches at all (if not, only the compileall above gives them)
-"$PY" -c 'import sys; print(f"install: python writes bytecode: {not sys.flags.dont_write_bytecode}, pycache prefix: {sys.pycache_prefix}")' || true
+# Bytecode once, in parallel, into one prefix that env.sh then exports (tests/gpu/pycache.sh): the
+# image writes none (PYTHONDONTWRITEBYTECODE=1) and ships torch without any. VERL_COMPILE=0 skips.
+"$PY" -c 'import sys; print(f"install: python writes bytecode: {not sys.flags.dont_write_bytecode}")' || true
+if [ "${VERL_COMPILE:-1}" != 0 ]; then
+  VERL_SITE="$SITE" PYTHON="$PY" bash "$ROOT/tests/gpu/pycache.sh" | sed 's/^pycache:/install:/'
+fi
 printf 'install: %d distributions in %s, %s MiB, %d s\n' "$(ls "$SITE" | grep -cE '\.(dist|egg)-info$')" \
   "$SITE" "$(du -sm "$SITE" | cut -f1)" "$((SECONDS - t0))"
