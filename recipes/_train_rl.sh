@@ -42,7 +42,18 @@ ARGS=(
   drkernel.grader.device="$GRADER_DEVICE"
 )
 if [ -n "$WORKER_CUDA_CONNECTIONS" ]; then
-  ARGS+=("+ray_kwargs.ray_init.runtime_env.env_vars.DRKERNEL_WORKER_CUDA_CONNECTIONS='$WORKER_CUDA_CONNECTIONS'")
+  if ! [[ "$WORKER_CUDA_CONNECTIONS" =~ ^[0-9]+$ ]] || [ "$WORKER_CUDA_CONNECTIONS" -lt 1 ] || [ "$WORKER_CUDA_CONNECTIONS" -gt 32 ]; then
+    echo "WORKER_CUDA_CONNECTIONS must be an integer from 1 to 32 (or empty for CUDA's default), not '$WORKER_CUDA_CONNECTIONS'" >&2
+    exit 2
+  fi
+  export DRKERNEL_WORKER_CUDA_CONNECTIONS="$WORKER_CUDA_CONNECTIONS"  # the Ray head started here inherits it
+  # forwarded to every Ray process of the job, unless an override of the caller's already sets it
+  case " ${OVERRIDES[*]:-} " in
+    *"runtime_env.env_vars.DRKERNEL_WORKER_CUDA_CONNECTIONS="*) ;;
+    *) ARGS+=("+ray_kwargs.ray_init.runtime_env.env_vars.DRKERNEL_WORKER_CUDA_CONNECTIONS='$WORKER_CUDA_CONNECTIONS'") ;;
+  esac
+else
+  unset DRKERNEL_WORKER_CUDA_CONNECTIONS  # off: not even through the Ray head's environment
 fi
 
 if [ "$DRY_RUN" = "1" ]; then

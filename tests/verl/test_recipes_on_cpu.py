@@ -66,6 +66,17 @@ def test_candidates_get_one_cuda_queue_unless_told_otherwise(tmp_path) -> None:
         env_vars = ((yaml.safe_load(proc.stdout).get("ray_kwargs") or {}).get("ray_init") or {}).get("runtime_env") or {}
         got[name] = (env_vars.get("env_vars") or {}).get("DRKERNEL_WORKER_CUDA_CONNECTIONS")
     assert got == {"default": "1", "four": "4", "inherited": "2", "off": None}
+    # the caller's own override of the variable wins (no duplicate key for Hydra to refuse)
+    own = "+ray_kwargs.ray_init.runtime_env.env_vars.DRKERNEL_WORKER_CUDA_CONNECTIONS='8'"
+    proc = subprocess.run(["bash", str(ROOT / "recipes" / "train_8b.sh"), "--dry-run", own], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert yaml.safe_load(proc.stdout)["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"][
+        "DRKERNEL_WORKER_CUDA_CONNECTIONS"] == "8"
+    for bad in ("0", "33", "one"):
+        proc = subprocess.run(["bash", str(ROOT / "recipes" / "train_8b.sh"), "--dry-run"], cwd=tmp_path,
+                              env={**env, "WORKER_CUDA_CONNECTIONS": bad}, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and "WORKER_CUDA_CONNECTIONS must be an integer from 1 to 32" in proc.stderr
 
 
 def test_sft_data_conversion(tmp_path) -> None:

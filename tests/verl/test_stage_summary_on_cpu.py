@@ -84,9 +84,19 @@ def test_the_baseline_is_the_one_gpu_run_with_the_same_grading_settings() -> Non
     by = {r["label"]: r for r in scaling.speedups(runs)}
     c1 = by["scale-1.5b-g4-tp1-node-s16-conn1"]
     assert c1["baseline"] == "scale-1.5b-g1-tp1-node-s16-conn1" and c1["tok_speedup"] == 3.5 and c1["eval_speedup"] == 3.6
-    assert by["scale-1.5b-g4-tp1-node"]["baseline"] == "g1" and by["scale-1.5b-g4-tp1-node"]["tok_speedup"] == 2.0
+    assert by["scale-1.5b-g4-tp1-node"]["baseline"] == "g1 (other settings)"
+    assert by["scale-1.5b-g4-tp1-node"]["tok_speedup"] == 2.0
     assert by["g1"]["baseline"] == "g1" and by["g1"]["tok_speedup"] == 1.0
     assert "3.50x (88%) ok | 1.8 | 0.45 | 3.60x (90%) ok | scale-1.5b-g1-tp1-node-s16-conn1 |" in scaling.table(runs)
+    # the order of the summaries does not choose the baseline; a run whose settings no one-GPU run
+    # has is measured against the default-settings one, and says so
+    assert scaling.settings("scale-1.5b-g4-tp1node") == ""
+    runs.append({"label": "scale-1.5b-g4-tp1-local-s8", "preset": "1.5b", "gpus": 4, "tp": 1, "tokens_per_s": 2660.0})
+    for order in (runs, runs[::-1]):
+        by = {r["label"]: r for r in scaling.speedups(order)}
+        assert by["scale-1.5b-g4-tp1-node"]["baseline"] == "g1 (other settings)"
+        assert by["scale-1.5b-g4-tp1-local-s8"]["tok_speedup"] == 2.0
+        assert by["scale-1.5b-g4-tp1-node-s16-conn1"]["baseline"] == "scale-1.5b-g1-tp1-node-s16-conn1"
 
 
 def test_scaling_main_reads_summaries_and_fails_with_none(tmp_path, capsys) -> None:

@@ -13,7 +13,7 @@ PY="${PYTHON:-python3}"
 OUT="${OUT:-/tmp/drkernel-gpu}"
 mkdir -p "$OUT"
 {
-  echo "python: $($PY -c 'import sys; print(sys.version.split()[0], "dont_write_bytecode", sys.flags.dont_write_bytecode)')"
+  echo "python: $($PY -c 'import sys; print(sys.version.split()[0], "dont_write_bytecode", sys.flags.dont_write_bytecode, "pycache_prefix", sys.pycache_prefix)')"
   echo "PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-<unset>}"
   echo "bytecode files in $VERL_SITE: $(find "$VERL_SITE" -name '*.pyc' 2>/dev/null | wc -l)," \
        "sources: $(find "$VERL_SITE" -name '*.py' 2>/dev/null | wc -l)"

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Device side, after every chunk is staged (tests/gpu/verl/README.md):
 #   bash tests/gpu/verl/install.sh       # then: export PYTHONPATH=/tmp/verl-site:$PYTHONPATH
+# (the stage scripts source tests/gpu/verl/env.sh, which also exports the bytecode prefix; a command
+# of your own should source it too, or its processes compile everything on import)
 # Re-joins vllm from its parts, checks every file against SHA256SUMS, installs all wheels with
 # `pip install --no-index --no-deps --no-compile --target $VERL_SITE` (/tmp/verl-site), compiles
 # their bytecode, the image's and this checkout's into one prefix (tests/gpu/pycache.sh, which env.sh
 # then exports; VERL_COMPILE=0 skips) and writes
 # drkernel's egg-info there (its `verl.plugins` entry point, from setup.py) so that `import verl`
 # loads drkernel's plugin as in a pip install. Prints what it installed. Idempotent: a second run
-# with the same SHA256SUMS only re-checks and prints.
+# with the same SHA256SUMS re-checks, brings the bytecode up to date and prints.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 STAGE="${VERL_STAGE:-/tmp/verl-stage}"
@@ -45,7 +47,8 @@ printf 'install: %s\n' "$(ls "$SITE" | grep -E '\.(dist|egg)-info$' | sed -E 's/
 # image writes none (PYTHONDONTWRITEBYTECODE=1) and ships torch without any. VERL_COMPILE=0 skips.
 "$PY" -c 'import sys; print(f"install: python writes bytecode: {not sys.flags.dont_write_bytecode}")' || true
 if [ "${VERL_COMPILE:-1}" != 0 ]; then
-  VERL_SITE="$SITE" PYTHON="$PY" bash "$ROOT/tests/gpu/pycache.sh" | sed 's/^pycache:/install:/'
+  VERL_SITE="$SITE" PYTHON="$PY" bash "$ROOT/tests/gpu/pycache.sh" | sed 's/^pycache:/install:/' \
+    || echo "install: WARNING: no bytecode prefix (above); every process compiles what it imports"
 fi
 printf 'install: %d distributions in %s, %s MiB, %d s\n' "$(ls "$SITE" | grep -cE '\.(dist|egg)-info$')" \
   "$SITE" "$(du -sm "$SITE" | cut -f1)" "$((SECONDS - t0))"

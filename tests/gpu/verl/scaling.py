@@ -39,22 +39,25 @@ def pct(x) -> str | None:
 
 def settings(label: str | None) -> str:
     """The grading settings a scaling.sh label carries after its ``-gN-tpN`` (``""`` for none)."""
-    m = re.search(r"-g\d+-tp\d+-?(.*)$", label or "")
-    return m.group(1) if m else ""
+    m = re.search(r"-g\d+-tp\d+(?:-(.*))?$", label or "")
+    return (m.group(1) or "") if m else ""
 
 
 def speedups(runs: list[dict]) -> list[dict]:
     """Each run with ``tok_speedup``/``eval_speedup`` (and efficiencies) against its baseline,
     named in ``baseline``: the one-GPU TP 1 run of the same preset and grading settings, else the
-    first one-GPU TP 1 run of the preset (None where there is none)."""
+    preset's one-GPU TP 1 run with the default settings, else its first one (then ``baseline`` says
+    "other settings"); None where there is none. The order of ``runs`` only breaks ties."""
     ones = [r for r in runs if r.get("gpus") == 1 and (r.get("tp") or 1) == 1]
     out = []
     for r in runs:
         same = [b for b in ones if b["preset"] == r["preset"]]
-        b = next((b for b in same if settings(b.get("label")) == settings(r.get("label"))), same[0] if same else None)
+        exact = [b for b in same if settings(b.get("label")) == settings(r.get("label"))]
+        plain = [b for b in same if settings(b.get("label")) == ""]
+        b = (exact or plain or same or [None])[0]
         row = dict(r)
         if b is not None:
-            row["baseline"] = b.get("label")
+            row["baseline"] = b.get("label") + ("" if exact else " (other settings)")
         for key, name in (("tokens_per_s", "tok"), ("evals_per_s", "eval")):
             if b and r.get(key) and b.get(key):
                 row[f"{name}_speedup"] = r[key] / b[key]
