@@ -42,11 +42,15 @@ ARGS=(
   drkernel.grader.device="$GRADER_DEVICE"
 )
 if [ -n "$WORKER_CUDA_CONNECTIONS" ]; then
-  if ! [[ "$WORKER_CUDA_CONNECTIONS" =~ ^[0-9]+$ ]] || [ "$WORKER_CUDA_CONNECTIONS" -lt 1 ] || [ "$WORKER_CUDA_CONNECTIONS" -gt 32 ]; then
-    echo "WORKER_CUDA_CONNECTIONS must be an integer from 1 to 32 (or empty for CUDA's default), not '$WORKER_CUDA_CONNECTIONS'" >&2
-    exit 2
-  fi
   export DRKERNEL_WORKER_CUDA_CONNECTIONS="$WORKER_CUDA_CONNECTIONS"  # the Ray head started here inherits it
+  # checked now, by the grader's own rule, rather than at the first evaluation minutes into the run
+  "$(drk_python)" -c 'import sys
+from drkernel.env.process.sandbox import worker_cuda_connections
+from drkernel.env.result import EnvironmentFailure
+try:
+    worker_cuda_connections()
+except EnvironmentFailure as exc:
+    sys.exit(f"WORKER_CUDA_CONNECTIONS (empty: CUDA default): {exc}")' || exit 2
   # forwarded to every Ray process of the job, unless an override of the caller's already sets it
   case " ${OVERRIDES[*]:-} " in
     *"runtime_env.env_vars.DRKERNEL_WORKER_CUDA_CONNECTIONS="*) ;;
